@@ -1,0 +1,508 @@
+"""The ``fedhet`` command: datasets, partition, run, compare, report."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import math
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from fedhet.errors import FedhetError
+
+# --------------------------------------------------------------------------------------------------------
+# Shared argument groups
+# --------------------------------------------------------------------------------------------------------
+SHORTCUTS = {
+    "method": "method.name",
+    "dataset": "data.dataset",
+    "split": "data.split",
+    "model": "model.name",
+    "clients": "data.clients",
+    "rounds": "train.rounds",
+    "seed": "seed",
+    "data_root": "data.root",
+    "device": "train.device",
+}
+
+
+def _add_experiment_args(p: argparse.ArgumentParser, *, with_method: bool = True) -> None:
+    p.add_argument("config", nargs="?", help="experiment TOML file (see configs/); flags override it")
+    if with_method:
+        p.add_argument("--method", help="method name (see `fedhet methods`)")
+    p.add_argument("--dataset", help="dataset name (see `fedhet datasets`)")
+    p.add_argument("--split", help="data split name (see `fedhet partition --help`)")
+    p.add_argument("--model", help="model name: mlp, cnn, mlp200, resnet8, resnet18gn")
+    p.add_argument("--clients", type=int, help="number of clients")
+    p.add_argument("--rounds", type=int, help="communication rounds")
+    p.add_argument("--seed", type=int, help="random seed")
+    p.add_argument("--data-root", dest="data_root", help="directory holding the dataset files")
+    p.add_argument("--device", choices=["auto", "cpu", "cuda"], help="device (default auto)")
+    p.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="SECTION.KEY=VALUE",
+        help="override any config key, e.g. --set data.split_params.alpha=0.05 (repeatable)",
+    )
+    p.add_argument("--json", action="store_true", help="print the summary as JSON on stdout")
+    p.add_argument("--quiet", action="store_true", help="no progress display")
+
+
+def _build_config(args: argparse.Namespace, skip: tuple[str, ...] = ()) -> Any:
+    from fedhet.config import ExperimentConfig, apply_override, load_config, parse_set_args
+
+    cfg = load_config(args.config) if args.config else ExperimentConfig()
+    for attr, dotted in SHORTCUTS.items():
+        if attr in skip:
+            continue
+        value = getattr(args, attr, None)
+        if value is not None:
+            apply_override(cfg, dotted, value if not isinstance(value, str) else json.dumps(value))
+    for key, value in parse_set_args(args.set):
+        apply_override(cfg, key, value)
+    return cfg
+
+
+def _console(args: argparse.Namespace):
+    from rich.console import Console
+
+    return Console(stderr=True, quiet=getattr(args, "quiet", False))
+
+
+class RunProgress:
+    """A rich progress bar per run: round, accuracy, ETA."""
+
+    def __init__(self, console, enabled: bool = True) -> None:
+        from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+
+        self.enabled = enabled and not console.quiet
+        self.progress = Progress(
+            TextColumn("[bold]{task.description}"),
+            BarColumn(),
+            TextColumn("round {task.completed}/{task.total}"),
+            TextColumn("{task.fields[status]}"),
+            TimeElapsedColumn(),
+            TextColumn("ETA"),
+            TimeRemainingColumn(),
+            console=console,
+            transient=False,
+            disable=not self.enabled,
+        )
+
+    def __enter__(self) -> RunProgress:
+        self.progress.__enter__()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.progress.__exit__(*exc)
+
+    def callback(self, description: str, total: int):
+        task = self.progress.add_task(description, total=total, status="")
+
+        def update(rnd: int, total_rounds: int, line: dict[str, Any]) -> None:
+            status = ""
+            if "accuracy" in line and line["accuracy"] is not None and math.isfinite(line["accuracy"]):
+                status = f"acc {100 * line['accuracy']:.2f}%"
+            if "fairness_pearson" in line and math.isfinite(line.get("fairness_pearson") or float("nan")):
+                status += f"  fair {line['fairness_pearson']:.1f}"
+            self.progress.update(task, completed=rnd, status=status)
+
+        return update
+
+
+# --------------------------------------------------------------------------------------------------------
+# Commands
+# --------------------------------------------------------------------------------------------------------
+def cmd_datasets(args: argparse.Namespace) -> int:
+    from rich.table import Table
+
+    from fedhet.data.datasets import dataset_status
+
+    rows = dataset_status(args.data_root)
+    if args.json:
+        print(json.dumps(rows, indent=2, default=str))
+        return 0
+    table = Table(title="fedhet datasets")
+    for col in ("name", "available", "train", "test", "classes", "shape", "location / note"):
+        table.add_column(col)
+    for r in rows:
+        table.add_row(
+            r["name"],
+            "[green]yes" if r["available"] else "[red]no",
+            str(r.get("train_size", "")),
+            str(r.get("test_size", "")),
+            str(r.get("num_classes", "")),
+            "x".join(map(str, r.get("input_shape") or ())),
+            str(r.get("location") or r.get("note") or ""),
+        )
+    from rich.console import Console
+
+    Console().print(table)
+    return 0
+
+
+def cmd_partition(args: argparse.Namespace) -> int:
+    import numpy as np
+
+    from fedhet.config import parse_value
+    from fedhet.data.datasets import load_dataset
+    from fedhet.data.splits import SPLITS, make_partition
+
+    if args.list:
+        for name, spec in SPLITS.items():
+            params = ", ".join(f"{p.name}={p.default!r}" for p in spec.params)
+            print(f"{name}: {spec.doc.splitlines()[0] if spec.doc else ''}\n    params: {params or '-'}")
+        return 0
+    if not args.dataset or not args.split:
+        raise SystemExit("fedhet partition: --dataset and --split are required (or --list)")
+    params: dict[str, Any] = {}
+    for item in args.param:
+        if "=" not in item:
+            raise SystemExit(f"--param {item!r} must look like key=value")
+        k, v = item.split("=", 1)
+        params[k] = parse_value(v)
+    ds = load_dataset(args.dataset, args.data_root)
+    labels = ds.train_y.numpy()
+    part = make_partition(
+        args.split, labels, args.clients, np.random.default_rng(args.seed), params, num_classes=ds.num_classes
+    )
+    counts = part.class_counts(labels, ds.num_classes)
+    if args.plot:
+        from fedhet.plotting import plot_class_counts
+
+        plot_class_counts(
+            counts,
+            args.plot,
+            title=f"{args.dataset} / {args.split} / {args.clients} clients",
+            class_names=list(ds.classes),
+        )
+    if args.json:
+        out: dict[str, Any] = {"sizes": [int(s) for s in part.sizes()], "counts": counts.tolist()}
+        if part.unlabeled is not None:
+            out["unlabeled_sizes"] = [int(len(u)) for u in part.unlabeled]
+        if part.info:
+            out["info"] = {k: (v.tolist() if hasattr(v, "tolist") else v) for k, v in part.info.items()}
+        print(json.dumps(out))
+        return 0
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=f"{args.dataset} · {args.split} · {args.clients} clients · seed {args.seed}")
+    table.add_column("client")
+    for c in range(ds.num_classes):
+        table.add_column(str(c), justify="right")
+    table.add_column("total", justify="right", style="bold")
+    for i, row in enumerate(counts):
+        table.add_row(str(i), *[str(int(v)) if v else "·" for v in row], str(int(part.sizes()[i])))
+    Console().print(table)
+    if args.plot:
+        print(f"heatmap written to {args.plot}")
+    return 0
+
+
+def _default_run_dir(cfg: Any, prefix: str = "") -> Path:
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    base = Path(cfg.out) if cfg.out else Path("runs")
+    name = cfg.name or f"{prefix}{cfg.method.name}-{cfg.data.dataset}-{cfg.data.split}-s{cfg.seed}-{stamp}"
+    return base / name
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from fedhet.config import load_config
+    from fedhet.engine.simulation import Simulation
+
+    console = _console(args)
+    if args.resume:
+        run_dir = Path(args.resume)
+        cfg_path = run_dir / "config.toml"
+        if not cfg_path.is_file():
+            raise SystemExit(f"--resume {run_dir}: no config.toml there; pass a run directory fedhet wrote")
+        cfg = load_config(cfg_path)
+    else:
+        cfg = _build_config(args)
+        run_dir = Path(args.out) if args.out else _default_run_dir(cfg)
+    with RunProgress(console, enabled=not args.quiet) as prog:
+        cb = prog.callback(f"{cfg.method.name} seed {cfg.seed}", cfg.train.rounds)
+        summary = Simulation(cfg, run_dir=run_dir, progress=cb, resume=bool(args.resume)).run()
+    if args.json:
+        from fedhet.engine.simulation import _jsonable
+
+        print(json.dumps(_jsonable(_public_summary(summary))))
+    else:
+        _print_summary(console, summary)
+    return 0
+
+
+def _public_summary(summary: dict[str, Any]) -> dict[str, Any]:
+    keys = (
+        "method",
+        "run_dir",
+        "rounds",
+        "seed",
+        "final",
+        "best",
+        "contributions",
+        "rewards",
+        "standalone",
+        "wall_time_s",
+    )
+    return {k: summary.get(k) for k in keys}
+
+
+def _print_summary(console, summary: dict[str, Any]) -> None:
+    from rich.table import Table
+
+    table = Table(title=f"{summary['method']} · {summary['rounds']} rounds · seed {summary['seed']}")
+    table.add_column("metric")
+    table.add_column("final", justify="right")
+    table.add_column("best", justify="right")
+    for k, v in summary["final"].items():
+        if isinstance(v, list):
+            continue
+        table.add_row(k, _fmt(k, v), _fmt(k, summary["best"].get(k)))
+    console.print(table)
+    if summary.get("contributions") is not None:
+        console.print("contributions: " + ", ".join(f"{c:.3f}" for c in summary["contributions"]))
+    console.print(f"run directory: {summary['run_dir']}  ({summary['wall_time_s']:.1f} s)")
+
+
+def _fmt(key: str, v: Any, std: Any = None) -> str:
+    if v is None or (isinstance(v, float) and not math.isfinite(v)):
+        return "—"
+    pct = key in PERCENT_KEYS
+    scale = 100.0 if pct else 1.0
+    digits = 2
+    s = f"{scale * v:.{digits}f}"
+    if std is not None and isinstance(std, float) and math.isfinite(std):
+        s += f" ± {scale * std:.{digits}f}"
+    return s
+
+
+PERCENT_KEYS = {"accuracy", "balanced_accuracy", "rare_class_recall"}
+#: (metric, final|best, column label) of the compare table, in the papers' layout.
+TABLE_METRICS = (
+    ("accuracy", "final", "acc %"),
+    ("accuracy", "best", "best acc %"),
+    ("balanced_accuracy", "final", "bal. acc %"),
+    ("rare_class_recall", "final", "rare recall %"),
+    ("fairness_pearson", "final", "fairness"),
+    ("fairness_pearson", "best", "best fairness"),
+    ("bcf_rate", "final", "BCF rate"),
+    ("bcf_rate_code", "final", "BCF (code)"),
+    ("contribution_fairness_pearson", "final", "contrib. ρ"),
+)
+
+
+def cmd_compare(args: argparse.Namespace) -> int:
+    import numpy as np
+
+    from fedhet.config import apply_override, parse_value
+    from fedhet.engine.simulation import Simulation, _jsonable, standalone_accuracies
+
+    console = _console(args)
+    base = _build_config(args, skip=("method",))
+    methods = [m.strip() for m in args.methods.split(",") if m.strip()]
+    if not methods:
+        raise SystemExit("--methods needs at least one method, e.g. --methods fedavg,standalone")
+    from fedhet.algorithms import accepted_params, strategy_class
+
+    for m in methods:
+        strategy_class(m)  # fail early on unknown names
+    method_params: dict[str, dict[str, Any]] = {m: {} for m in methods}
+    for item in args.method_param:
+        if "=" not in item or "." not in item.split("=", 1)[0]:
+            raise SystemExit(
+                f"--method-param {item!r} must look like METHOD.KEY=VALUE, e.g. celm.warmup_fraction=0.1"
+            )
+        k, v = item.split("=", 1)
+        m, key = k.split(".", 1)
+        if m not in method_params:
+            raise SystemExit(f"--method-param {item!r}: {m!r} is not among --methods {methods}")
+        method_params[m][key] = parse_value(v)
+    seeds = (
+        [base.seed + i for i in range(args.seeds)]
+        if args.seed_list is None
+        else [int(s) for s in args.seed_list.split(",")]
+    )
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    out_dir = (
+        Path(args.out)
+        if args.out
+        else Path(base.out or "runs") / f"compare-{base.data.dataset}-{base.data.split}-{stamp}"
+    )
+    out_dir.mkdir(parents=True, exist_ok=True)
+    results: dict[str, list[dict[str, Any]]] = {m: [] for m in methods}
+    with RunProgress(console, enabled=not args.quiet) as prog:
+        for seed in seeds:
+            standalone = None
+            for m in methods:
+                cfg = base.copy()
+                apply_override(cfg, "seed", seed)
+                cfg.method.name = m
+                shared = {
+                    k: v for k, v in base.method.params.items() if k in accepted_params(strategy_class(m))
+                }
+                cfg.method.params = {**shared, **method_params[m]}
+                if standalone is None and cfg.eval.fairness is not False and m != "standalone":
+                    from fedhet.algorithms import build_strategy
+
+                    if cfg.eval.fairness is True or build_strategy(m, cfg.method.params).has_rewards():
+                        cb = prog.callback(f"standalone seed {seed} (for fairness)", cfg.train.rounds)
+                        standalone = standalone_accuracies(cfg, progress=cb)
+                cb = prog.callback(f"{m} seed {seed}", cfg.train.rounds)
+                summary = Simulation(
+                    cfg, run_dir=out_dir / f"{m}-seed{seed}", progress=cb, standalone=standalone
+                ).run()
+                results[m].append(summary)
+    rows = []
+    for m in methods:
+        row = {"method": m, "seeds": seeds, "mean": {}, "std": {}, "best_mean": {}, "best_std": {}}
+        for view, mk, sk in (("final", "mean", "std"), ("best", "best_mean", "best_std")):
+            keys = sorted({k for s in results[m] for k, v in s[view].items() if isinstance(v, int | float)})
+            for k in keys:
+                vals = [s[view].get(k) for s in results[m]]
+                vals = [float(v) for v in vals if isinstance(v, int | float) and math.isfinite(v)]
+                if vals:
+                    row[mk][k] = float(np.mean(vals))
+                    row[sk][k] = float(np.std(vals))
+        rows.append(row)
+    payload = {"rows": rows, "out_dir": str(out_dir), "config": base.to_dict()}
+    (out_dir / "compare.json").write_text(json.dumps(_jsonable(payload), indent=2))
+    report_path = None
+    if not args.no_report:
+        from fedhet.report import write_report
+
+        report_path = write_report([out_dir], out_dir / "report.md", title=args.title)
+    if args.json:
+        print(json.dumps(_jsonable({"rows": rows})))
+    else:
+        print_compare_table(
+            console,
+            rows,
+            title=f"{base.data.dataset} · {base.data.split} · "
+            f"{base.data.clients} clients · {base.train.rounds} rounds · seeds {seeds}",
+        )
+        console.print(f"runs and report: {out_dir}" + (f"  ({report_path})" if report_path else ""))
+    return 0
+
+
+def print_compare_table(console, rows: list[dict[str, Any]], title: str = "") -> None:
+    from rich.table import Table
+
+    present = [
+        (k, v, label)
+        for k, v, label in TABLE_METRICS
+        if any(k in (r["mean"] if v == "final" else r["best_mean"]) for r in rows)
+    ]
+    table = Table(
+        title=title, caption="mean ± std over seeds; fairness = 100·Pearson(standalone, reward acc.)"
+    )
+    table.add_column("method", no_wrap=True)
+    for _, _, label in present:
+        table.add_column(label, justify="right")
+    for r in rows:
+        cells = []
+        for k, v, _ in present:
+            mean, std = (r["mean"], r["std"]) if v == "final" else (r["best_mean"], r["best_std"])
+            cells.append(_fmt(k, mean.get(k), std.get(k)))
+        table.add_row(r["method"], *cells)
+    console.print(table)
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    from fedhet.report import write_report
+
+    out = Path(args.out) if args.out else Path("report.md")
+    path = write_report([Path(p) for p in args.run_dirs], out, title=args.title)
+    print(f"report written to {path}")
+    return 0
+
+
+def cmd_methods(args: argparse.Namespace) -> int:
+    from fedhet.algorithms import accepted_params, method_names, strategy_class
+
+    for name in method_names():
+        cls = strategy_class(name)
+        doc = (cls.__doc__ or "").strip().splitlines()[0] if cls.__doc__ else ""
+        print(f"{name}: {doc}\n    params: {', '.join(accepted_params(cls)) or '-'}")
+    return 0
+
+
+# --------------------------------------------------------------------------------------------------------
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="fedhet", description="Federated learning across heterogeneous clients."
+    )
+    parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("datasets", help="list datasets and whether they are available here")
+    p.add_argument("--data-root", dest="data_root")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_datasets)
+
+    p = sub.add_parser("partition", help="print the client x class matrix of a split")
+    p.add_argument("--dataset")
+    p.add_argument("--split")
+    p.add_argument("--param", action="append", default=[], metavar="KEY=VALUE", help="split parameter")
+    p.add_argument("--clients", type=int, default=10)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--data-root", dest="data_root")
+    p.add_argument("--plot", metavar="FILE.png", help="save the matrix as a heatmap")
+    p.add_argument("--json", action="store_true")
+    p.add_argument("--list", action="store_true", help="list the splits and their parameters")
+    p.set_defaults(func=cmd_partition)
+
+    p = sub.add_parser("run", help="run one experiment")
+    _add_experiment_args(p)
+    p.add_argument("--out", help="run directory (default runs/<method>-<dataset>-<split>-s<seed>-<time>)")
+    p.add_argument("--resume", metavar="RUN_DIR", help="continue an interrupted run from its last checkpoint")
+    p.set_defaults(func=cmd_run)
+
+    p = sub.add_parser("compare", help="run several methods on the same splits and seeds; print mean ± std")
+    _add_experiment_args(p, with_method=False)
+    p.add_argument("--methods", required=True, help="comma-separated method names")
+    p.add_argument(
+        "--method-param",
+        action="append",
+        default=[],
+        metavar="METHOD.KEY=VALUE",
+        help="a parameter for one method only, e.g. celm.warmup_fraction=0.1",
+    )
+    p.add_argument("--seeds", type=int, default=1, help="number of seeds (seed, seed+1, ...)")
+    p.add_argument("--seed-list", help="explicit comma-separated seeds")
+    p.add_argument("--out", help="output directory")
+    p.add_argument("--title", help="report title")
+    p.add_argument("--no-report", action="store_true", help="skip the Markdown report")
+    p.set_defaults(func=cmd_compare)
+
+    p = sub.add_parser("report", help="Markdown report with tables and figures from run directories")
+    p.add_argument("run_dirs", nargs="+", help="run or compare directories")
+    p.add_argument("--out", help="report file (default report.md)")
+    p.add_argument("--title")
+    p.set_defaults(func=cmd_report)
+
+    p = sub.add_parser("methods", help="list the methods and their parameters")
+    p.set_defaults(func=cmd_methods)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    logging.basicConfig(
+        level=logging.DEBUG if args.verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s"
+    )
+    try:
+        return int(args.func(args) or 0)
+    except FedhetError as exc:
+        print(f"fedhet: error: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,385 @@
+"""Typed experiment configuration: TOML in and out, every field validated.
+
+Sections: ``[data]``, ``[model]``, ``[train]``, ``[method]``, ``[eval]`` and the top-level ``seed``, ``out``,
+``name``. Unknown keys are errors; every bad value raises :class:`~fedhet.errors.ConfigError` naming the
+field, the value and what is accepted. Any key can be overridden with ``section.key=value``
+(``--set`` on the command line), e.g. ``data.split_params.alpha=0.05``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import tomllib
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+from fedhet.errors import ConfigError
+
+
+@dataclass
+class DataConfig:
+    """Which data, how it is split over clients, and what the server holds out."""
+
+    dataset: str = "fashion-mnist"
+    root: str | None = None
+    split: str = "iid"
+    split_params: dict[str, Any] = field(default_factory=dict)
+    clients: int = 10
+    #: Fraction of the training set held out as the server's validation set (CFFL, FedRAC, FedSAC).
+    validation_fraction: float = 0.0
+    #: Use only this many training samples (a seeded random subset, before splitting); None = all.
+    max_train_samples: int | None = None
+    #: Evaluate on only this many test samples (a seeded random subset); None = the full test set.
+    max_test_samples: int | None = None
+
+
+@dataclass
+class ModelConfig:
+    name: str = "mlp"
+    params: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class TrainConfig:
+    """Rounds, participation and local training of every client."""
+
+    rounds: int = 10
+    #: Clients per round: a fraction in (0, 1] (float) or a count >= 1 (int).
+    clients_per_round: float | int = 1.0
+    local_epochs: float = 1.0
+    #: If set, a fixed number of local SGD steps per round instead of epochs (FedRAC's ``num_steps``).
+    local_steps: int | None = None
+    batch_size: int = 64
+    optimizer: str = "sgd"
+    lr: float = 0.1
+    momentum: float = 0.0
+    weight_decay: float = 0.0
+    nesterov: bool = False
+    #: Learning-rate schedule over rounds: constant, cosine (to ``lr_min``) or exponential (× ``lr_decay``).
+    schedule: str = "constant"
+    lr_min: float = 1e-6
+    lr_decay: float = 0.977
+    #: Gradient-norm clipping in local training; None = off.
+    grad_clip: float | None = None
+    #: Probability that a sampled client sends nothing in a round (robustness experiments).
+    client_dropout: float = 0.0
+    device: str = "auto"
+    #: torch threads for this process; None leaves torch's default.
+    threads: int | None = None
+
+
+@dataclass
+class EvalConfig:
+    every: int = 1
+    batch_size: int = 2048
+    #: Evaluate every client's reward model (where the method defines one).
+    rewards: bool = True
+    #: Fairness against standalone accuracies: "auto" (when rewards exist), true, or false.
+    fairness: str | bool = "auto"
+    #: BCF rate α (FedSAC/FedRAC).
+    bcf_alpha: float = 0.5
+    #: Save a checkpoint every k rounds (and always after the last round); 0 = last round only.
+    checkpoint_every: int = 10
+
+
+@dataclass
+class MethodConfig:
+    name: str = "fedavg"
+    params: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class ExperimentConfig:
+    data: DataConfig = field(default_factory=DataConfig)
+    model: ModelConfig = field(default_factory=ModelConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+    method: MethodConfig = field(default_factory=MethodConfig)
+    eval: EvalConfig = field(default_factory=EvalConfig)
+    seed: int = 0
+    out: str | None = None
+    name: str | None = None
+
+    # -- conversion -------------------------------------------------------------------------------------
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    def copy(self, **overrides: Any) -> ExperimentConfig:
+        cfg = from_dict(self.to_dict())
+        for dotted, value in overrides.items():
+            apply_override(cfg, dotted.replace("__", "."), value)
+        return cfg
+
+    def fingerprint(self, *sections: str, exclude: tuple[str, ...] = ()) -> str:
+        """A short stable hash of the chosen sections (all if none), for caches and run names."""
+        d = self.to_dict()
+        chosen = {k: d[k] for k in (sections or d.keys())}
+        for dotted in exclude:
+            sec, _, key = dotted.partition(".")
+            if sec in chosen and isinstance(chosen[sec], dict):
+                chosen[sec] = {k: v for k, v in chosen[sec].items() if k != key}
+        blob = json.dumps(chosen, sort_keys=True, default=str)
+        return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+SECTIONS: dict[str, type] = {
+    "data": DataConfig,
+    "model": ModelConfig,
+    "train": TrainConfig,
+    "method": MethodConfig,
+    "eval": EvalConfig,
+}
+TOP_LEVEL = {"seed": int, "out": (str, type(None)), "name": (str, type(None))}
+
+CHOICES: dict[tuple[str, str], tuple[Any, ...]] = {
+    ("train", "optimizer"): ("sgd", "adam"),
+    ("train", "schedule"): ("constant", "cosine", "exponential"),
+    ("train", "device"): ("auto", "cpu", "cuda"),
+    ("eval", "fairness"): ("auto", True, False),
+}
+
+
+# --------------------------------------------------------------------------------------------------------
+# Validation
+# --------------------------------------------------------------------------------------------------------
+def _type_name(tp: Any) -> str:
+    return str(tp).replace("typing.", "")
+
+
+def _coerce(section: str, name: str, value: Any, annotation: str) -> Any:
+    """Check ``value`` against the field's annotation (given as a string), converting ints to floats."""
+    where = f"{section}.{name}"
+    ann = annotation.replace(" ", "")
+    optional = "None" in ann
+    if value is None:
+        if optional:
+            return None
+        raise ConfigError(f"{where} must not be empty (None); expected {annotation}")
+    base = ann.replace("|None", "").replace("None|", "")
+    if base.startswith("dict"):
+        if not isinstance(value, dict):
+            raise ConfigError(f"{where}={value!r} must be a table/dict, e.g. {where}.alpha=0.1")
+        return dict(value)
+    if base == "float|int":
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise ConfigError(f"{where}={value!r} must be a number")
+        return value
+    if base == "str|bool":
+        if not isinstance(value, str | bool):
+            raise ConfigError(f"{where}={value!r} must be a string or boolean")
+        return value
+    if base == "bool":
+        if not isinstance(value, bool):
+            raise ConfigError(f"{where}={value!r} must be true or false")
+        return value
+    if base == "int":
+        if isinstance(value, bool) or not isinstance(value, int):
+            if isinstance(value, float) and value.is_integer():
+                return int(value)
+            raise ConfigError(f"{where}={value!r} must be an integer")
+        return value
+    if base == "float":
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise ConfigError(f"{where}={value!r} must be a number")
+        return float(value)
+    if base == "str":
+        if not isinstance(value, str):
+            raise ConfigError(f"{where}={value!r} must be a string")
+        return value
+    return value
+
+
+def _check_ranges(cfg: ExperimentConfig) -> None:
+    """Range checks that the types alone do not express."""
+    d, t, e = cfg.data, cfg.train, cfg.eval
+
+    def need(cond: bool, msg: str) -> None:
+        if not cond:
+            raise ConfigError(msg)
+
+    for (sec, key), accepted in CHOICES.items():
+        value = getattr(getattr(cfg, sec), key)
+        need(value in accepted, f"{sec}.{key}={value!r} is not accepted; choose one of {list(accepted)}")
+    need(d.clients >= 1, f"data.clients={d.clients} must be >= 1")
+    need(
+        0.0 <= d.validation_fraction < 1.0,
+        f"data.validation_fraction={d.validation_fraction} must be in [0, 1)",
+    )
+    for key in ("max_train_samples", "max_test_samples"):
+        v = getattr(d, key)
+        need(v is None or v >= 1, f"data.{key}={v} must be >= 1 (or omitted for all samples)")
+    need(t.rounds >= 1, f"train.rounds={t.rounds} must be >= 1")
+    cpr = t.clients_per_round
+    if isinstance(cpr, float):
+        need(
+            0.0 < cpr <= 1.0,
+            f"train.clients_per_round={cpr}: a fraction must be in (0, 1]; use an int for a count",
+        )
+    else:
+        need(cpr >= 1, f"train.clients_per_round={cpr} must be >= 1")
+    need(
+        t.local_epochs > 0 or (t.local_steps or 0) > 0,
+        "train.local_epochs must be > 0 (or set train.local_steps)",
+    )
+    need(t.local_steps is None or t.local_steps >= 1, f"train.local_steps={t.local_steps} must be >= 1")
+    need(t.batch_size >= 1, f"train.batch_size={t.batch_size} must be >= 1")
+    need(t.lr > 0, f"train.lr={t.lr} must be > 0")
+    need(0.0 <= t.momentum < 1.0, f"train.momentum={t.momentum} must be in [0, 1)")
+    need(t.weight_decay >= 0, f"train.weight_decay={t.weight_decay} must be >= 0")
+    need(t.grad_clip is None or t.grad_clip > 0, f"train.grad_clip={t.grad_clip} must be > 0 (or omitted)")
+    need(0.0 <= t.client_dropout < 1.0, f"train.client_dropout={t.client_dropout} must be in [0, 1)")
+    need(t.threads is None or t.threads >= 1, f"train.threads={t.threads} must be >= 1")
+    need(e.every >= 1, f"eval.every={e.every} must be >= 1")
+    need(e.batch_size >= 1, f"eval.batch_size={e.batch_size} must be >= 1")
+    need(e.checkpoint_every >= 0, f"eval.checkpoint_every={e.checkpoint_every} must be >= 0")
+    need(0.0 < e.bcf_alpha <= 1.0, f"eval.bcf_alpha={e.bcf_alpha} must be in (0, 1]")
+
+
+def from_dict(raw: dict[str, Any]) -> ExperimentConfig:
+    """Build and validate a config from a nested dict (as read from TOML)."""
+    if not isinstance(raw, dict):
+        raise ConfigError(f"a config must be a table, got {type(raw).__name__}")
+    known = set(SECTIONS) | set(TOP_LEVEL)
+    unknown = set(raw) - known
+    if unknown:
+        raise ConfigError(
+            f"unknown config key(s) {sorted(unknown)}; accepted top-level keys: {sorted(known)}"
+        )
+    kwargs: dict[str, Any] = {}
+    for sec, cls in SECTIONS.items():
+        values = raw.get(sec, {})
+        if not isinstance(values, dict):
+            raise ConfigError(f"[{sec}] must be a table, got {values!r}")
+        names = {f.name: f for f in fields(cls)}
+        bad = set(values) - set(names)
+        if bad:
+            raise ConfigError(f"unknown key(s) {sorted(bad)} in [{sec}]; accepted: {sorted(names)}")
+        sec_kwargs = {k: _coerce(sec, k, v, str(names[k].type)) for k, v in values.items()}
+        kwargs[sec] = cls(**sec_kwargs)
+    for key in TOP_LEVEL:
+        if key in raw:
+            value = raw[key]
+            if key == "seed":
+                if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                    raise ConfigError(f"seed={value!r} must be a non-negative integer")
+            elif value is not None and not isinstance(value, str):
+                raise ConfigError(f"{key}={value!r} must be a string")
+            kwargs[key] = value
+    cfg = ExperimentConfig(**kwargs)
+    _check_ranges(cfg)
+    return cfg
+
+
+def load_config(path: str | Path) -> ExperimentConfig:
+    """Read a TOML experiment file."""
+    p = Path(path)
+    if not p.is_file():
+        raise ConfigError(f"config file {p} does not exist; pass an existing .toml file (see configs/)")
+    try:
+        raw = tomllib.loads(p.read_text())
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{p} is not valid TOML: {exc}") from exc
+    return from_dict(raw)
+
+
+# --------------------------------------------------------------------------------------------------------
+# Overrides (``--set section.key=value``)
+# --------------------------------------------------------------------------------------------------------
+def parse_value(text: str) -> Any:
+    """Parse a CLI value as a TOML literal (int, float, bool, list, string); bare words stay strings."""
+    try:
+        return tomllib.loads(f"v = {text}")["v"]
+    except tomllib.TOMLDecodeError:
+        low = text.strip().lower()
+        if low in ("none", "null"):
+            return None
+        return text
+
+
+def apply_override(cfg: ExperimentConfig, dotted: str, value: Any) -> None:
+    """Set ``section.key[.subkey]`` to ``value`` in place, validating the result."""
+    if isinstance(value, str):
+        value = parse_value(value)
+    parts = dotted.split(".")
+    if len(parts) == 1:
+        if parts[0] not in TOP_LEVEL:
+            raise ConfigError(
+                f"unknown key {dotted!r}; use section.key with a section in {sorted(SECTIONS)} "
+                f"or one of {sorted(TOP_LEVEL)}"
+            )
+        raw = cfg.to_dict()
+        raw[parts[0]] = value
+        new = from_dict(raw)
+    else:
+        sec, key, *rest = parts
+        if sec not in SECTIONS:
+            raise ConfigError(f"unknown section {sec!r} in {dotted!r}; accepted: {sorted(SECTIONS)}")
+        raw = cfg.to_dict()
+        if rest:
+            table = raw[sec].get(key)
+            if not isinstance(table, dict):
+                raise ConfigError(f"{sec}.{key} is not a table; cannot set {dotted}")
+            node = table
+            for part in rest[:-1]:
+                node = node.setdefault(part, {})
+            node[rest[-1]] = value
+        else:
+            if key not in raw[sec]:
+                raise ConfigError(
+                    f"unknown key {key!r} in [{sec}] (from {dotted!r}); accepted: {sorted(raw[sec])}"
+                )
+            raw[sec][key] = value
+        new = from_dict(raw)
+    for f in fields(ExperimentConfig):
+        setattr(cfg, f.name, getattr(new, f.name))
+
+
+def parse_set_args(items: list[str]) -> list[tuple[str, str]]:
+    """Split ``key=value`` strings, with a clear error for malformed ones."""
+    out = []
+    for item in items:
+        if "=" not in item:
+            raise ConfigError(
+                f"--set {item!r} must look like section.key=value, e.g. data.split_params.alpha=0.05"
+            )
+        k, v = item.split("=", 1)
+        out.append((k.strip(), v.strip()))
+    return out
+
+
+# --------------------------------------------------------------------------------------------------------
+# TOML output
+# --------------------------------------------------------------------------------------------------------
+def _toml_value(v: Any) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, int | float):
+        return repr(v)
+    if isinstance(v, str):
+        return json.dumps(v)
+    if isinstance(v, list | tuple):
+        return "[" + ", ".join(_toml_value(x) for x in v) + "]"
+    if isinstance(v, dict):
+        return "{ " + ", ".join(f"{_toml_key(k)} = {_toml_value(x)}" for k, x in v.items()) + " }"
+    raise ConfigError(f"cannot write {v!r} ({type(v).__name__}) to TOML")
+
+
+def _toml_key(k: str) -> str:
+    return k if k.replace("_", "").replace("-", "").isalnum() else json.dumps(k)
+
+
+def to_toml(cfg: ExperimentConfig) -> str:
+    """Serialise a config as TOML (None values are omitted: they are the defaults)."""
+    d = cfg.to_dict()
+    lines = []
+    for key in TOP_LEVEL:
+        if d[key] is not None:
+            lines.append(f"{key} = {_toml_value(d[key])}")
+    for sec in SECTIONS:
+        lines.append(f"\n[{sec}]")
+        for k, v in d[sec].items():
+            if v is not None:
+                lines.append(f"{_toml_key(k)} = {_toml_value(v)}")
+    return "\n".join(lines) + "\n"

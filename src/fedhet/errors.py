@@ -1,0 +1,26 @@
+"""The error types fedhet raises at its boundaries (config, files, client replies).
+
+Each message says what was wrong and how to fix it.
+"""
+
+from __future__ import annotations
+
+
+class FedhetError(Exception):
+    """Base class of every error fedhet raises on purpose."""
+
+
+class ConfigError(FedhetError, ValueError):
+    """A configuration value, split parameter or CLI argument is invalid."""
+
+
+class DataError(FedhetError, OSError):
+    """A dataset is missing, malformed or refused (e.g. an unsafe pickle)."""
+
+
+class ClientUpdateError(FedhetError, ValueError):
+    """A client's reply cannot be aggregated (wrong keys, shapes, NaN/inf values)."""
+
+
+class CheckpointError(FedhetError, OSError):
+    """A checkpoint cannot be written or read back."""

@@ -1,0 +1,89 @@
+"""Multilayer perceptrons: CELM's Fashion-MNIST MLP and FedRAC's maskable 200-200 MLP.
+
+``mlp`` (methods.md §1.2, spectralfuse ``MLP_Net`` with in_features = prod(input_shape)) and
+``mlp200`` (methods.md §3.3, FedRAC/FedSAC: K = 2 x 200 maskable hidden units).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from fedhet.errors import ConfigError
+from fedhet.models.masks import UnitMask
+from fedhet.models.registry import FedModel, check_model_args, fast_path_chunk
+
+
+def _positive_int(name: str, value: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ConfigError(f"{name} must be a positive int, got {value!r}")
+    return value
+
+
+class MLP(FedModel):
+    """CELM's MLP: flatten -> Linear(d_in->128)-ReLU -> Linear(128->64)-ReLU -> head Linear(64->C).
+
+    d_in = prod(input_shape) (784 for Fashion-MNIST, the spec's [ours] choice over padding to 32x32).
+    ``hidden_sizes`` changes the hidden widths; features are the last hidden layer's activations.
+    """
+
+    def __init__(
+        self, input_shape: tuple[int, int, int], num_classes: int, hidden_sizes: Sequence[int] = (128, 64)
+    ) -> None:
+        super().__init__()
+        shape = check_model_args(input_shape, num_classes)
+        sizes = list(hidden_sizes) if isinstance(hidden_sizes, Sequence) else []
+        if not sizes:
+            raise ConfigError(f"hidden_sizes must be a non-empty list of positive ints, got {hidden_sizes!r}")
+        widths = [math.prod(shape)] + [_positive_int("hidden_sizes entry", size) for size in sizes]
+        self.hidden = nn.ModuleList(nn.Linear(a, b) for a, b in zip(widths[:-1], widths[1:], strict=True))
+        self.head = nn.Linear(widths[-1], num_classes)
+
+    def features(self, x: Tensor) -> Tensor:
+        """The last hidden layer's ReLU activations (B, hidden_sizes[-1])."""
+        h = x.flatten(1)
+        for layer in self.hidden:
+            h = F.relu(layer(h))
+        return h
+
+
+class MaskedMLP(FedModel):
+    """FedRAC's MLP: flatten -> Linear(d_in->H)-ReLU-(x mask1) -> Linear(H->H)-ReLU-(x mask2) -> head.
+
+    K = 2H maskable units (indices 0..H-1 layer 1, H..2H-1 layer 2; H = 200 in the paper). A masked unit
+    outputs exactly 0, so its incoming and outgoing weights get exactly zero gradient (methods.md §3.3).
+    """
+
+    def __init__(self, input_shape: tuple[int, int, int], num_classes: int, hidden_size: int = 200) -> None:
+        super().__init__()
+        shape = check_model_args(input_shape, num_classes)
+        width = _positive_int("hidden_size", hidden_size)
+        self.fc1 = nn.Linear(math.prod(shape), width)
+        self.fc1_mask = UnitMask(width)
+        self.fc2 = nn.Linear(width, width)
+        self.fc2_mask = UnitMask(width)
+        self.head = nn.Linear(width, num_classes)
+        self.maskable_units = 2 * width
+
+    def features(self, x: Tensor) -> Tensor:
+        """The masked second hidden layer (B, H)."""
+        h = self.fc1_mask(F.relu(self.fc1(x.flatten(1))))
+        return self.fc2_mask(F.relu(self.fc2(h)))
+
+    def masked_forward(self, x: Tensor, masks: Tensor) -> Tensor:
+        """Logits (M, B, C) under each mask: the first layer once, then batched over (chunks of) masks."""
+        hidden = F.relu(self.fc1(x.flatten(1)))
+        width = self.fc2.in_features
+        masks = masks.to(device=hidden.device, dtype=hidden.dtype)
+        chunk = fast_path_chunk(hidden.shape[0], width)
+        outputs = []
+        for start in range(0, masks.shape[0], chunk):
+            block = masks[start : start + chunk]
+            h = hidden.unsqueeze(0) * block[:, None, :width]
+            h = F.relu(self.fc2(h)) * block[:, None, width:]
+            outputs.append(self.head(h))
+        return torch.cat(outputs)

@@ -1,0 +1,87 @@
+"""Configuration: TOML round trip, validation errors that name the field, CLI-style overrides."""
+
+from __future__ import annotations
+
+import pytest
+
+from fedhet.config import ExperimentConfig, apply_override, from_dict, load_config, parse_value, to_toml
+from fedhet.errors import ConfigError
+
+
+def test_defaults_round_trip_through_toml(tmp_path):
+    cfg = ExperimentConfig()
+    cfg.data.split_params = {"alpha": 0.05, "rare_classes": [0, 3]}
+    cfg.method.params = {"warmup_fraction": 0.1, "per_class_baseline": True}
+    cfg.train.local_steps = 5
+    path = tmp_path / "c.toml"
+    path.write_text(to_toml(cfg))
+    back = load_config(path)
+    assert back.to_dict() == cfg.to_dict()
+
+
+@pytest.mark.parametrize(
+    "raw, needle",
+    [
+        ({"data": {"datset": "x"}}, "datset"),
+        ({"bogus": 1}, "bogus"),
+        ({"train": {"rounds": 0}}, "train.rounds"),
+        ({"train": {"lr": "fast"}}, "train.lr"),
+        ({"train": {"optimizer": "rmsprop"}}, "rmsprop"),
+        ({"train": {"clients_per_round": 1.5}}, "clients_per_round"),
+        ({"data": {"validation_fraction": 1.0}}, "validation_fraction"),
+        ({"eval": {"fairness": "maybe"}}, "eval.fairness"),
+        ({"seed": -1}, "seed"),
+        ({"data": {"split_params": 3}}, "split_params"),
+    ],
+)
+def test_invalid_values_name_the_field(raw, needle):
+    with pytest.raises(ConfigError) as err:
+        from_dict(raw)
+    assert needle in str(err.value)
+
+
+def test_unknown_key_lists_accepted_keys():
+    with pytest.raises(ConfigError) as err:
+        from_dict({"train": {"epochs": 3}})
+    assert "local_epochs" in str(err.value)
+
+
+def test_overrides_parse_literals_and_nested_tables():
+    cfg = ExperimentConfig()
+    apply_override(cfg, "data.split_params.alpha", "0.05")
+    apply_override(cfg, "train.clients_per_round", "8")
+    apply_override(cfg, "train.lr", "3")
+    apply_override(cfg, "method.params.rare", "[0, 1]")
+    apply_override(cfg, "data.split", "maverick")
+    apply_override(cfg, "seed", "7")
+    assert cfg.data.split_params == {"alpha": 0.05}
+    assert cfg.train.clients_per_round == 8 and isinstance(cfg.train.clients_per_round, int)
+    assert cfg.train.lr == 3.0 and isinstance(cfg.train.lr, float)
+    assert cfg.method.params == {"rare": [0, 1]}
+    assert cfg.data.split == "maverick" and cfg.seed == 7
+    with pytest.raises(ConfigError, match="unknown key"):
+        apply_override(cfg, "train.nope", "1")
+    with pytest.raises(ConfigError, match="unknown section"):
+        apply_override(cfg, "training.lr", "1")
+    with pytest.raises(ConfigError, match="train.rounds"):
+        apply_override(cfg, "train.rounds", "-3")
+
+
+def test_parse_value():
+    assert parse_value("0.5") == 0.5
+    assert parse_value("true") is True
+    assert parse_value("cosine") == "cosine"
+    assert parse_value("[1, 2]") == [1, 2]
+    assert parse_value("none") is None
+
+
+def test_fingerprint_ignores_excluded_keys():
+    a, b = ExperimentConfig(), ExperimentConfig()
+    b.train.device = "cpu"
+    assert a.fingerprint("train", exclude=("train.device",)) == b.fingerprint(
+        "train", exclude=("train.device",)
+    )
+    b.train.lr = 0.01
+    assert a.fingerprint("train", exclude=("train.device",)) != b.fingerprint(
+        "train", exclude=("train.device",)
+    )

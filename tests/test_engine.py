@@ -1,0 +1,212 @@
+"""The embedded engine: FedAvg accuracy on real data, determinism, rejected/dropped clients, resume."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from fedhet.config import ExperimentConfig
+from fedhet.engine.protocol import ClientState, Instruction, Reply, Trainer, check_reply, weighted_average
+from fedhet.engine.simulation import Simulation, learning_rate, sample_clients, standalone_accuracies
+from fedhet.errors import ClientUpdateError
+
+torch.set_num_threads(1)
+
+
+def small_config(**over) -> ExperimentConfig:
+    cfg = ExperimentConfig()
+    cfg.data.dataset = "fashion-mnist"
+    cfg.data.split = "iid"
+    cfg.data.clients = 4
+    cfg.data.max_train_samples = 4000
+    cfg.data.max_test_samples = 2000
+    cfg.train.rounds = 3
+    cfg.train.batch_size = 64
+    cfg.train.lr = 0.1
+    cfg.eval.checkpoint_every = 1
+    for k, v in over.items():
+        section, key = k.split("__")
+        setattr(getattr(cfg, section), key, v)
+    return cfg
+
+
+@pytest.fixture(autouse=True)
+def _tmp_cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("FEDHET_CACHE", str(tmp_path / "cache"))
+
+
+@pytest.mark.slow
+def test_fedavg_fashion_mnist_iid_reaches_85_percent_in_10_rounds(tmp_path):
+    cfg = ExperimentConfig()
+    cfg.data.dataset, cfg.data.split, cfg.data.clients = "fashion-mnist", "iid", 10
+    cfg.model.name = "mlp"
+    cfg.train.rounds, cfg.train.local_epochs = 10, 1
+    cfg.eval.every = 5
+    cfg.eval.fairness = False
+    summary = Simulation(cfg, run_dir=tmp_path / "run").run()
+    assert summary["final"]["accuracy"] >= 0.85, summary["final"]
+    assert summary["best"]["accuracy"] >= summary["final"]["accuracy"] - 1e-12
+
+
+def test_same_seed_gives_identical_metrics_and_other_seed_differs(tmp_path):
+    cfg = small_config()
+    cfg.eval.fairness = False
+    Simulation(cfg, run_dir=tmp_path / "a").run()
+    Simulation(cfg, run_dir=tmp_path / "b").run()
+    a = (tmp_path / "a" / "metrics.jsonl").read_text()
+    assert a == (tmp_path / "b" / "metrics.jsonl").read_text()
+    assert len(a.splitlines()) == cfg.train.rounds
+    cfg2 = small_config()
+    cfg2.seed = 1
+    cfg2.eval.fairness = False
+    Simulation(cfg2, run_dir=tmp_path / "c").run()
+    assert a != (tmp_path / "c" / "metrics.jsonl").read_text()
+
+
+class CorruptTrainer(Trainer):
+    """Client 1 sends NaN weights; client 2 sends a wrongly shaped tensor."""
+
+    def finish(self, model, data, ins, state, ctx, metrics):
+        reply = super().finish(model, data, ins, state, ctx, metrics)
+        if data.cid == 1:
+            key = next(iter(reply.weights))
+            reply.weights[key] = torch.full_like(reply.weights[key], float("nan"))
+        if data.cid == 2:
+            key = next(iter(reply.weights))
+            reply.weights[key] = reply.weights[key][:1]
+        return reply
+
+
+def test_corrupt_updates_are_rejected_and_logged_while_the_round_goes_on(tmp_path, caplog):
+    cfg = small_config()
+    cfg.eval.fairness = False
+    with caplog.at_level("WARNING", logger="fedhet"):
+        summary = Simulation(cfg, run_dir=tmp_path / "r", trainer=CorruptTrainer()).run()
+    lines = [json.loads(s) for s in (tmp_path / "r" / "metrics.jsonl").read_text().splitlines()]
+    for line in lines:
+        assert line["clients"] == [0, 3]
+        assert set(line["rejected"]) == {"1", "2"}
+        assert "non-finite" in line["rejected"]["1"] and "shape" in line["rejected"]["2"]
+    assert "rejected the update of client 1" in caplog.text
+    assert math.isfinite(summary["final"]["accuracy"]) and summary["final"]["accuracy"] > 0.5
+
+
+def test_dropped_clients_do_not_break_a_round(tmp_path):
+    cfg = small_config()
+    cfg.train.client_dropout = 0.6
+    cfg.train.rounds = 4
+    cfg.eval.fairness = False
+    Simulation(cfg, run_dir=tmp_path / "r").run()
+    lines = [json.loads(s) for s in (tmp_path / "r" / "metrics.jsonl").read_text().splitlines()]
+    assert any(line.get("dropped") for line in lines)
+    for line in lines:
+        assert set(line["clients"]).isdisjoint(line.get("dropped", []))
+
+
+class Interrupt(Exception):
+    pass
+
+
+def test_interrupted_run_resumes_from_its_last_checkpoint_with_identical_results(tmp_path):
+    cfg = small_config()
+    cfg.train.rounds = 4
+    cfg.eval.fairness = False
+    Simulation(cfg, run_dir=tmp_path / "full").run()
+
+    def stop_at_3(rnd, total, line):
+        if rnd == 3:
+            raise Interrupt
+
+    with pytest.raises(Interrupt):
+        Simulation(cfg, run_dir=tmp_path / "cut", progress=stop_at_3).run()
+    # round 3 was written to metrics.jsonl and checkpointed before the interrupt; drop them to mimic a crash
+    import shutil
+
+    shutil.rmtree(tmp_path / "cut" / "checkpoints" / "round_00003")
+    Simulation(cfg, run_dir=tmp_path / "cut", resume=True).run()
+    full = (tmp_path / "full" / "metrics.jsonl").read_text()
+    assert (tmp_path / "cut" / "metrics.jsonl").read_text() == full
+
+
+def test_standalone_accuracies_are_cached(tmp_path):
+    cfg = small_config()
+    cfg.train.rounds = 2
+    first = standalone_accuracies(cfg)
+    assert first.shape == (4,) and np.all((first > 0.3) & (first <= 1))
+    cached = list((tmp_path / "cache" / "standalone").glob("*.json"))
+    assert len(cached) == 1
+    again = standalone_accuracies(cfg)
+    np.testing.assert_array_equal(first, again)
+
+
+def test_fedavg_fairness_metrics_use_local_models(tmp_path):
+    cfg = small_config()
+    cfg.data.split = "cla"
+    cfg.data.split_params = {"samples_per_client": 500}
+    cfg.train.rounds = 2
+    summary = Simulation(cfg, run_dir=tmp_path / "r").run()
+    assert summary["rewards"] is not None and len(summary["rewards"]) == 4
+    assert summary["standalone"] is not None
+    for key in ("fairness_pearson", "fairness_spearman", "bcf_rate", "bcf_rate_code"):
+        assert key in summary["final"]
+
+
+def test_learning_rate_schedules():
+    cfg = ExperimentConfig()
+    cfg.train.rounds, cfg.train.lr, cfg.train.lr_min = 10, 0.1, 0.0
+    cfg.train.schedule = "cosine"
+    assert learning_rate(cfg, 1) == pytest.approx(0.1)
+    assert learning_rate(cfg, 6) == pytest.approx(0.05)
+    cfg.train.schedule = "exponential"
+    cfg.train.lr_decay = 0.5
+    assert learning_rate(cfg, 3) == pytest.approx(0.025)
+
+
+def test_client_sampling_counts_and_fractions():
+    cfg = ExperimentConfig()
+    cfg.data.clients = 20
+    cfg.train.clients_per_round = 8
+    a = sample_clients(cfg, 1)
+    assert len(a) == 8 and a == sorted(a) and len(set(a)) == 8
+    assert a == sample_clients(cfg, 1) and a != sample_clients(cfg, 2)
+    cfg.train.clients_per_round = 0.25
+    assert len(sample_clients(cfg, 1)) == 5
+    cfg.train.clients_per_round = 1.0
+    assert sample_clients(cfg, 1) == list(range(20))
+
+
+def test_weighted_average_known_answer():
+    a = {"w": torch.tensor([1.0, 2.0]), "n": torch.tensor(3)}
+    b = {"w": torch.tensor([3.0, 6.0]), "n": torch.tensor(5)}
+    out = weighted_average([a, b], [1, 3])
+    torch.testing.assert_close(out["w"], torch.tensor([2.5, 5.0]))
+    assert int(out["n"]) == 3
+
+
+def test_check_reply_messages():
+    ref = {"w": torch.zeros(2, 2)}
+    check_reply(0, Reply(weights={"w": torch.ones(2, 2)}, num_examples=3), ref)
+    with pytest.raises(ClientUpdateError, match="unknown parameters"):
+        check_reply(0, Reply(weights={"w": torch.ones(2, 2), "x": torch.ones(1)}, num_examples=3), ref)
+    with pytest.raises(ClientUpdateError, match="omitted"):
+        check_reply(0, Reply(weights={}, num_examples=3), ref)
+    check_reply(0, Reply(weights={}, num_examples=3), ref, partial_ok=True)
+    with pytest.raises(ClientUpdateError, match="num_examples"):
+        check_reply(0, Reply(weights={"w": torch.ones(2, 2)}, num_examples=-1), ref)
+
+
+def test_trainer_start_weights_overlay_and_delta():
+    init = {"a": torch.zeros(2), "b": torch.ones(2)}
+    ctx = type("C", (), {"initial_weights": init})()
+    t = Trainer()
+    st = ClientState(cid=0)
+    out = t.start_weights(Instruction(weights={"a": torch.full((2,), 5.0)}), st, ctx)
+    torch.testing.assert_close(out["a"], torch.full((2,), 5.0))
+    torch.testing.assert_close(out["b"], torch.ones(2))
+    st.weights = {"a": torch.ones(2), "b": torch.ones(2)}
+    out = t.start_weights(Instruction(weights={"a": torch.full((2,), 2.0)}, delta=True), st, ctx)
+    torch.testing.assert_close(out["a"], torch.full((2,), 3.0))
