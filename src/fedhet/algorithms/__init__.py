@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import inspect
 from typing import Any
 
@@ -12,16 +13,45 @@ from fedhet.errors import ConfigError
 ALGORITHMS: dict[str, str] = {
     "fedavg": "fedhet.algorithms.fedavg:FedAvg",
     "standalone": "fedhet.algorithms.standalone:Standalone",
+    # contribution estimation (CELM) and its client-loss add-on
+    "celm": "fedhet.algorithms.celm:CELM",
+    "celm-rs": "fedhet.algorithms.celm:CELMRS",
+    "fedrs": "fedhet.algorithms.fedrs:FedRS",
+    # contribution / fairness baselines
+    "cffl": "fedhet.algorithms.cffl:CFFL",
+    "cgsv": "fedhet.algorithms.cgsv:CGSV",
+    "shapfed": "fedhet.algorithms.shapfed:ShapFed",
+    "iafl": "fedhet.algorithms.iafl:IAFL",
+    # collaborative fairness by submodels
+    "fedrac": "fedhet.algorithms.fedrac:FedRAC",
+    "fedrac-fixed-ratio": "fedhet.algorithms.fedrac:FedRACFixedRatio",
+    "fedrac-random-masks": "fedhet.algorithms.fedrac:FedRACRandomMasks",
+    "fedsac": "fedhet.algorithms.fedsac:FedSAC",
+    # federated semi-supervised learning
+    "fedavg-labeled": "fedhet.algorithms.fedavg:FedAvg",
+    "fedprox": "fedhet.algorithms.fedprox:FedProx",
+    "fedavg-full": "fedhet.algorithms.fixmatch:FullySupervised",
+    "fixmatch-lpl": "fedhet.algorithms.fixmatch:FixMatchLPL",
+    "fixmatch-gpl": "fedhet.algorithms.fixmatch:FixMatchGPL",
+    "fedprox-fixmatch": "fedhet.algorithms.fedprox:FedProxFixMatch",
+    "sage": "fedhet.algorithms.sage:SAGE",
+    "proxyfl": "fedhet.algorithms.proxyfl:ProxyFL",
+    "fedproto-fssl": "fedhet.algorithms.fedproto:FedProtoFSSL",
 }
 
 
+def _module_exists(name: str) -> bool:
+    return importlib.util.find_spec(ALGORITHMS[name].partition(":")[0]) is not None
+
+
 def method_names() -> list[str]:
-    return sorted(ALGORITHMS)
+    """Registered methods whose module is present."""
+    return sorted(n for n in ALGORITHMS if _module_exists(n))
 
 
 def strategy_class(name: str) -> type:
     """The strategy class registered under ``name``."""
-    if name not in ALGORITHMS:
+    if name not in ALGORITHMS or not _module_exists(name):
         raise ConfigError(f"method.name={name!r} is not a known method; choose one of {method_names()}")
     module, _, cls = ALGORITHMS[name].partition(":")
     return getattr(importlib.import_module(module), cls)
