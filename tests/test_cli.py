@@ -1,0 +1,140 @@
+"""The command line: machine-readable output formats, reports, partition and dataset listings, errors."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from fedhet.cli import main
+
+torch.set_num_threads(1)
+
+SMALL = ["--set", "data.max_train_samples=2000", "--set", "data.max_test_samples=1000", "--quiet"]
+
+
+@pytest.fixture(autouse=True)
+def _tmp_cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("FEDHET_CACHE", str(tmp_path / "cache"))
+
+
+def _json_out(capsys) -> dict:
+    out = capsys.readouterr().out
+    return json.loads(out.strip().splitlines()[-1])
+
+
+def test_run_json_summary_format(tmp_path, capsys):
+    rc = main(
+        [
+            "run",
+            "--method",
+            "fedavg",
+            "--dataset",
+            "fashion-mnist",
+            "--split",
+            "cla",
+            "--clients",
+            "3",
+            "--rounds",
+            "2",
+            "--set",
+            "data.split_params.samples_per_client=300",
+            "--out",
+            str(tmp_path / "run"),
+            "--json",
+            *SMALL,
+        ]
+    )
+    assert rc == 0
+    d = _json_out(capsys)
+    assert set(d) >= {"method", "run_dir", "rounds", "final", "best", "contributions", "rewards"}
+    assert d["method"] == "fedavg" and d["rounds"] == 2 and d["contributions"] is None
+    final = d["final"]
+    assert 0.0 <= final["accuracy"] <= 1.0 and 0.0 <= final["balanced_accuracy"] <= 1.0
+    assert len(final["per_class_recall"]) == 10
+    assert len(d["rewards"]) == 3 and all(0 <= r <= 1 for r in d["rewards"])
+    assert {"fairness_pearson", "fairness_spearman", "bcf_rate"} <= set(final)
+    assert -100.0 <= final["fairness_pearson"] <= 100.0
+    for name in ("config.toml", "metrics.jsonl", "summary.json", "partition.json"):
+        assert (tmp_path / "run" / name).is_file()
+    assert list((tmp_path / "run" / "checkpoints").glob("round_*/tensors.safetensors"))
+
+
+def test_compare_json_rows_and_report(tmp_path, capsys):
+    out = tmp_path / "cmp"
+    rc = main(
+        [
+            "compare",
+            "--methods",
+            "fedavg,standalone",
+            "--dataset",
+            "fashion-mnist",
+            "--split",
+            "maverick",
+            "--clients",
+            "3",
+            "--rounds",
+            "2",
+            "--seeds",
+            "2",
+            "--set",
+            "eval.fairness=false",
+            "--out",
+            str(out),
+            "--json",
+            *SMALL,
+        ]
+    )
+    assert rc == 0
+    d = _json_out(capsys)
+    assert [r["method"] for r in d["rows"]] == ["fedavg", "standalone"]
+    row = d["rows"][0]
+    assert row["seeds"] == [0, 1]
+    assert {"accuracy", "balanced_accuracy", "rare_class_recall"} <= set(row["mean"])
+    assert set(row["mean"]) == set(row["std"])
+    report = (out / "report.md").read_text()
+    assert "| fedavg | 2 |" in report and "accuracy.png" in report
+    assert (out / "report_figures" / "accuracy.png").stat().st_size > 1000
+    # `fedhet report` on the same directories
+    rc = main(
+        ["report", str(out / "fedavg-seed0"), str(out / "standalone-seed1"), "--out", str(tmp_path / "r.md")]
+    )
+    assert rc == 0 and "fedavg" in (tmp_path / "r.md").read_text()
+
+
+def test_partition_json_matches_cla_rule(capsys):
+    rc = main(
+        [
+            "partition",
+            "--dataset",
+            "fashion-mnist",
+            "--split",
+            "cla",
+            "--clients",
+            "10",
+            "--seed",
+            "0",
+            "--json",
+        ]
+    )
+    assert rc == 0
+    d = _json_out(capsys)
+    assert d["sizes"] == [2000] * 10
+    for i, row in enumerate(d["counts"]):
+        assert [c > 0 for c in row] == [k <= i for k in range(10)]
+
+
+def test_datasets_json_reports_offline_data(capsys):
+    assert main(["datasets", "--json"]) == 0
+    rows = {r["name"]: r for r in json.loads(capsys.readouterr().out)}
+    for name in ("fashion-mnist", "digits"):
+        assert rows[name]["available"], rows[name]
+
+
+def test_bad_config_value_is_a_clear_error(capsys):
+    rc = main(["run", "--method", "fedavg", "--set", "train.lr=-1", "--quiet"])
+    assert rc == 2
+    assert "train.lr" in capsys.readouterr().err
+    rc = main(["run", "--method", "nosuch", "--quiet"])
+    assert rc == 2 and "fedavg" in capsys.readouterr().err
