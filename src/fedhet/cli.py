@@ -297,79 +297,46 @@ TABLE_METRICS = (
 )
 
 
-def cmd_compare(args: argparse.Namespace) -> int:
-    import numpy as np
+def _parse_method_params(items: list[str], methods: list[str]) -> dict[str, dict[str, Any]]:
+    from fedhet.config import parse_value
 
-    from fedhet.config import apply_override, parse_value
-    from fedhet.engine.simulation import Simulation, _jsonable, standalone_accuracies
-
-    console = _console(args)
-    base = _build_config(args, skip=("method",))
-    methods = [m.strip() for m in args.methods.split(",") if m.strip()]
-    if not methods:
-        raise SystemExit("--methods needs at least one method, e.g. --methods fedavg,standalone")
-    from fedhet.algorithms import accepted_params, strategy_class
-
-    for m in methods:
-        strategy_class(m)  # fail early on unknown names
-    method_params: dict[str, dict[str, Any]] = {m: {} for m in methods}
-    for item in args.method_param:
+    out: dict[str, dict[str, Any]] = {m: {} for m in methods}
+    for item in items:
         if "=" not in item or "." not in item.split("=", 1)[0]:
             raise SystemExit(
                 f"--method-param {item!r} must look like METHOD.KEY=VALUE, e.g. celm.warmup_fraction=0.1"
             )
         k, v = item.split("=", 1)
         m, key = k.split(".", 1)
-        if m not in method_params:
-            raise SystemExit(f"--method-param {item!r}: {m!r} is not among --methods {methods}")
-        method_params[m][key] = parse_value(v)
-    seeds = (
-        [base.seed + i for i in range(args.seeds)]
-        if args.seed_list is None
-        else [int(s) for s in args.seed_list.split(",")]
-    )
-    stamp = time.strftime("%Y%m%d-%H%M%S")
-    out_dir = (
-        Path(args.out)
-        if args.out
-        else Path(base.out or "runs") / f"compare-{base.data.dataset}-{base.data.split}-{stamp}"
-    )
-    out_dir.mkdir(parents=True, exist_ok=True)
-    results: dict[str, list[dict[str, Any]]] = {m: [] for m in methods}
-    with RunProgress(console, enabled=not args.quiet) as prog:
-        for seed in seeds:
-            standalone = None
-            for m in methods:
-                cfg = base.copy()
-                apply_override(cfg, "seed", seed)
-                cfg.method.name = m
-                shared = {
-                    k: v for k, v in base.method.params.items() if k in accepted_params(strategy_class(m))
-                }
-                cfg.method.params = {**shared, **method_params[m]}
-                if standalone is None and cfg.eval.fairness is not False and m != "standalone":
-                    from fedhet.algorithms import build_strategy
+        if m not in out:
+            raise SystemExit(f"--method-param {item!r}: {m!r} is not among the methods {methods}")
+        out[m][key] = parse_value(v)
+    return out
 
-                    if cfg.eval.fairness is True or build_strategy(m, cfg.method.params).has_rewards():
-                        cb = prog.callback(f"standalone seed {seed} (for fairness)", cfg.train.rounds)
-                        standalone = standalone_accuracies(cfg, progress=cb)
-                cb = prog.callback(f"{m} seed {seed}", cfg.train.rounds)
-                summary = Simulation(
-                    cfg, run_dir=out_dir / f"{m}-seed{seed}", progress=cb, standalone=standalone
-                ).run()
-                results[m].append(summary)
-    rows = []
-    for m in methods:
-        row = {"method": m, "seeds": seeds, "mean": {}, "std": {}, "best_mean": {}, "best_std": {}}
-        for view, mk, sk in (("final", "mean", "std"), ("best", "best_mean", "best_std")):
-            keys = sorted({k for s in results[m] for k, v in s[view].items() if isinstance(v, int | float)})
-            for k in keys:
-                vals = [s[view].get(k) for s in results[m]]
-                vals = [float(v) for v in vals if isinstance(v, int | float) and math.isfinite(v)]
-                if vals:
-                    row[mk][k] = float(np.mean(vals))
-                    row[sk][k] = float(np.std(vals))
-        rows.append(row)
+
+def _seeds(args: argparse.Namespace, base_seed: int) -> list[int]:
+    if args.seed_list is not None:
+        return [int(s) for s in args.seed_list.split(",")]
+    return [base_seed + i for i in range(args.seeds)]
+
+
+def cmd_compare(args: argparse.Namespace) -> int:
+    from fedhet.compare import aggregate_rows, run_comparison
+    from fedhet.engine.simulation import _jsonable
+
+    console = _console(args)
+    base = _build_config(args, skip=("method",))
+    methods = [m.strip() for m in args.methods.split(",") if m.strip()]
+    if not methods:
+        raise SystemExit("--methods needs at least one method, e.g. --methods fedavg,standalone")
+    method_params = _parse_method_params(args.method_param, methods)
+    seeds = _seeds(args, base.seed)
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    default = Path(base.out or "runs") / f"compare-{base.data.dataset}-{base.data.split}-{stamp}"
+    out_dir = Path(args.out) if args.out else default
+    with RunProgress(console, enabled=not args.quiet) as prog:
+        results = run_comparison(base, methods, seeds, out_dir, method_params, progress=prog.callback)
+    rows = aggregate_rows(results)
     payload = {"rows": rows, "out_dir": str(out_dir), "config": base.to_dict()}
     (out_dir / "compare.json").write_text(json.dumps(_jsonable(payload), indent=2))
     report_path = None
@@ -419,6 +386,47 @@ def cmd_report(args: argparse.Namespace) -> int:
     out = Path(args.out) if args.out else Path("report.md")
     path = write_report([Path(p) for p in args.run_dirs], out, title=args.title)
     print(f"report written to {path}")
+    return 0
+
+
+def cmd_reproduce(args: argparse.Namespace) -> int:
+    from fedhet.engine.simulation import _jsonable
+    from fedhet.reproduce import list_specs, load_spec, render_markdown, run_spec, write_results
+
+    if args.list or not args.table:
+        for name in list_specs():
+            spec = load_spec(name)
+            print(f"{name}: {spec.title} ({len(spec.rows)} rows; methods {', '.join(spec.methods)})")
+        return 0
+    console = _console(args)
+    spec = load_spec(args.table)
+    overrides = list(args.set)
+    if args.rounds is not None:
+        overrides.append(f"train.rounds={args.rounds}")
+    methods = [m.strip() for m in args.methods.split(",")] if args.methods else None
+    out_dir = (
+        Path(args.out)
+        if args.out
+        else Path("runs") / f"reproduce-{spec.path.stem}-{time.strftime('%Y%m%d-%H%M%S')}"
+    )
+    with RunProgress(console, enabled=not args.quiet) as prog:
+        results = run_spec(
+            spec,
+            seeds=args.seeds,
+            overrides=overrides,
+            rows=args.rows,
+            methods=methods,
+            out_dir=out_dir,
+            progress=prog.callback,
+        )
+    md = write_results(spec, results, out_dir)
+    if args.json:
+        print(json.dumps(_jsonable({"title": spec.title, "results": results})))
+    else:
+        from rich.markdown import Markdown
+
+        console.print(Markdown(render_markdown(spec, results)))
+        console.print(f"written to {md}")
     return 0
 
 
@@ -485,6 +493,19 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", help="report file (default report.md)")
     p.add_argument("--title")
     p.set_defaults(func=cmd_report)
+
+    p = sub.add_parser("reproduce", help="run a published table and print our numbers beside the paper's")
+    p.add_argument("table", nargs="?", help="table name in configs/reproduce/ or a path (omit to list)")
+    p.add_argument("--list", action="store_true", help="list the available tables")
+    p.add_argument("--seeds", type=int, help="seeds per row (default: the table's)")
+    p.add_argument("--rounds", type=int, help="override the rounds of every row (reduced-scale runs)")
+    p.add_argument("--rows", help="run only rows whose name contains this text")
+    p.add_argument("--methods", help="run only these methods (comma-separated)")
+    p.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE")
+    p.add_argument("--out", help="output directory")
+    p.add_argument("--json", action="store_true")
+    p.add_argument("--quiet", action="store_true")
+    p.set_defaults(func=cmd_reproduce)
 
     p = sub.add_parser("methods", help="list the methods and their parameters")
     p.set_defaults(func=cmd_methods)

@@ -1,0 +1,63 @@
+"""`fedhet reproduce`: tiny-scale rows print our number beside the paper's value and the difference."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from fedhet.cli import main
+from fedhet.reproduce import list_specs, load_spec, parse_paper_value
+
+torch.set_num_threads(1)
+
+
+@pytest.fixture(autouse=True)
+def _tmp_cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("FEDHET_CACHE", str(tmp_path / "cache"))
+
+
+def test_parse_paper_value():
+    assert parse_paper_value("80.64 ± 2.25") == (80.64, 2.25)
+    assert parse_paper_value(49.1) == (49.1, None)
+    assert parse_paper_value("-22.21") == (-22.21, None)
+
+
+def test_every_shipped_table_loads_and_points_at_existing_configs():
+    names = list_specs()
+    assert {"celm-table1-fmnist", "celm-table2-maverick", "fedrac-accuracy", "proxyfl-table1"} <= set(names)
+    for name in names:
+        spec = load_spec(name)
+        assert spec.rows and spec.methods
+        for row in spec.rows:
+            assert not row.available or row.config.is_file()
+            assert set(row.paper) <= set(spec.methods)
+
+
+def test_reproduce_runs_rows_and_reports_differences(tmp_path, capsys):
+    cfg = tmp_path / "small.toml"
+    cfg.write_text(
+        "[data]\ndataset = 'fashion-mnist'\nsplit = 'iid'\nclients = 3\nmax_train_samples = 1500\n"
+        "max_test_samples = 500\n[train]\nrounds = 2\n[eval]\nfairness = false\n"
+    )
+    spec = tmp_path / "table.toml"
+    spec.write_text(
+        "title = 'toy'\nmetric = 'accuracy'\nseeds = 1\nmethods = ['fedavg']\n"
+        "[[rows]]\nname = 'iid'\nconfig = 'small.toml'\npaper = { fedavg = '50.00 ± 1.00' }\n"
+        "[[rows]]\nname = 'iid again'\nconfig = 'small.toml'\nmetric = 'balanced_accuracy'\n"
+        "paper = { fedavg = 50.0 }\n"
+        "[[rows]]\nname = 'offline'\navailable = false\nnote = 'not here'\npaper = { fedavg = 61.0 }\n"
+        "[[rows]]\nname = 'svhn'\nconfig = 'small.toml'\nset = ['data.dataset=svhn']\n"
+        "paper = { fedavg = 80.0 }\n"
+    )
+    out = tmp_path / "out"
+    assert main(["reproduce", str(spec), "--out", str(out), "--json", "--quiet"]) == 0
+    d = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    first, second, offline, svhn = d["results"]
+    ours = first["methods"]["fedavg"]["ours"]
+    assert 30.0 < ours <= 100.0 and first["methods"]["fedavg"]["paper"] == [50.0, 1.0]
+    assert second["run_dir"] == first["run_dir"]  # same runs, another metric: not run twice
+    assert not offline["available"] and not svhn["available"] and "svhn" in svhn["note"]
+    md = (out / "reproduce.md").read_text()
+    assert f"Δ {ours - 50.0:+.2f}" in md and "not run" in md
