@@ -312,6 +312,8 @@ class ServerContext:
     #: Evaluate a model on (x, y) -> accuracy; provided by the engine.
     evaluate: Callable[[nn.Module, Tensor, Tensor], float] | None = None
     info: dict[str, Any] = field(default_factory=dict)
+    #: Shape (C, H, W) of one model input (CELM's probes start from noise of this shape), or None.
+    input_shape: tuple[int, ...] | None = None
 
 
 class Strategy:

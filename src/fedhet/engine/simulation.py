@@ -331,6 +331,7 @@ class Simulation:
             standalone_accuracies=self._standalone_provider,
             evaluate=lambda m, x, y: accuracy_of(m, x, y, cfg.eval.batch_size),
             info=dict(self.fed.info),
+            input_shape=tuple(ds.input_shape),
         )
         self.strategy.setup(self.srv_ctx)
         self.client_states = {cid: ClientState(cid=cid) for cid in range(cfg.data.clients)}

@@ -1,0 +1,102 @@
+"""FedProx (Li et al., MLSys 2020): FedAvg with the proximal term μ/2·‖w − w_g‖² in local training.
+
+Spec: baselines.md §3.2 and §3.5. ``fedprox`` trains on the client's labeled indices only (on the
+``labeled-unlabeled`` split those are its labeled samples: the FSSL table's labeled-only FedProx, μ = 0.001,
+``lambda_prox`` of the SAGE/ProxyFL options). ``fedprox-fixmatch`` is FixMatch-LPL plus the same term.
+The term is a trainer mixin (:class:`ProximalMixin`) so both reuse one implementation.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from fedhet.algorithms.fedavg import FedAvg
+from fedhet.algorithms.fixmatch import FixMatchLPL, FixMatchTrainer, is_finite_number
+from fedhet.engine.protocol import ClientData, ClientState, ConfigValue, Instruction, TrainContext, Trainer
+from fedhet.errors import ConfigError
+
+#: baselines.md §3.2: ``lambda_prox`` = 0.001 in the FSSL protocol.
+DEFAULT_MU = 0.001
+_CONFIG_KEY = "proximal_mu"
+
+
+def proximal_term(model: nn.Module, reference: dict[str, Tensor]) -> Tensor:
+    """‖w − w_g‖² summed over the trainable parameters named in ``reference`` (FedProx eq. 2 without μ/2)."""
+    total = None
+    for name, param in model.named_parameters():
+        if name in reference and param.requires_grad:
+            term = (param - reference[name]).pow(2).sum()
+            total = term if total is None else total + term
+    if total is None:
+        return torch.zeros(())
+    return total
+
+
+class ProximalMixin:
+    """Adds μ/2·‖w − w_g‖² to a trainer's loss, w_g = the weights local training started from (the round's
+    global model); μ comes from ``Instruction.config['proximal_mu']``."""
+
+    def prepare(
+        self, model: nn.Module, data: ClientData, ins: Instruction, state: ClientState, ctx: TrainContext
+    ) -> None:
+        super().prepare(model, data, ins, state, ctx)
+        self.proximal_mu = float(ins.config.get(_CONFIG_KEY, DEFAULT_MU))
+        self.proximal_reference = {
+            name: p.detach().clone() for name, p in model.named_parameters() if p.requires_grad
+        }
+
+    def loss(self, model: nn.Module, batch: Any, ins: Instruction, state: ClientState) -> Tensor:
+        base = super().loss(model, batch, ins, state)
+        if self.proximal_mu == 0.0:
+            return base
+        return base + 0.5 * self.proximal_mu * proximal_term(model, self.proximal_reference)
+
+
+class FedProxTrainer(ProximalMixin, Trainer):
+    """Supervised SGD with the proximal term."""
+
+
+class FedProxFixMatchTrainer(ProximalMixin, FixMatchTrainer):
+    """FixMatch local update with the proximal term."""
+
+
+def _check_mu(mu: Any) -> float:
+    if not is_finite_number(mu) or mu < 0:
+        raise ConfigError(
+            f"method.params.mu={mu!r} must be a number >= 0 (FedProx μ; the FSSL table uses 0.001)"
+        )
+    return float(mu)
+
+
+class FedProx(FedAvg):
+    """FedProx: FedAvg + (μ/2)‖w − w_g‖² locally; on the labeled-unlabeled split, labeled data only."""
+
+    name = "fedprox"
+    trainer_class = FedProxTrainer
+
+    def __init__(self, mu: float = DEFAULT_MU, **kw: Any) -> None:
+        super().__init__(**kw)
+        self.mu = _check_mu(mu)
+
+    def configure(self, rnd: int, client_ids: list[int]) -> dict[int, Instruction]:
+        instructions = super().configure(rnd, client_ids)
+        for ins in instructions.values():
+            ins.config[_CONFIG_KEY] = self.mu
+        return instructions
+
+
+class FedProxFixMatch(FixMatchLPL):
+    """FedProx + FixMatch (baselines.md §3.5): FixMatch-LPL with the proximal term, μ = 0.001."""
+
+    name = "fedprox-fixmatch"
+    trainer_class = FedProxFixMatchTrainer
+
+    def __init__(self, mu: float = DEFAULT_MU, **kw: Any) -> None:
+        super().__init__(**kw)
+        self.mu = _check_mu(mu)
+
+    def client_config(self, rnd: int) -> dict[str, ConfigValue]:
+        return {**super().client_config(rnd), _CONFIG_KEY: self.mu}

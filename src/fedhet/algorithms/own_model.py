@@ -1,0 +1,517 @@
+"""What CFFL, CGSV, ShapFed and IAFL share: clients that keep their own model and upload an update Δ.
+
+In this family (baselines.md §2.2–2.5) there is no single model that every client trains from. Each
+client i holds its *own* model w_i; in a round it trains from w_i, uploads Δ_i = trained − w_i (possibly
+clipped or filtered) and keeps some part of it locally (nothing for CGSV/IAFL, which reset to w_i; all of
+it for ShapFed; the clipped update for CFFL). The server turns the uploads into a server ("global") model
+and into a per-client *reward* δ_i, which is added to the client's model: w_i ← w_i + kept_i + δ_i.
+
+The pieces here:
+
+- pure update arithmetic on state dicts: :func:`state_delta`, :func:`add_update`, :func:`weighted_sum`,
+  :func:`flatten`, :func:`cosine`, :func:`normalise_update`, :func:`clip_elementwise`,
+  :func:`topk_per_layer`, :func:`topk_global`;
+- :class:`OwnModelTrainer`, the client: trains from its own model, uploads Δ and keeps what its
+  instruction's config says (``local_update``, ``update_clip``, ``upload_fraction``, ``upload_criterion``);
+- :class:`OwnModelStrategy`, the server base: mirrors every client's model (``client_models``, the reward
+  model the engine evaluates), delivers rewards as ``Instruction(delta=True)`` and re-synchronises clients
+  that missed a round.
+
+Reward delivery [ours]. A reward computed in round t is added to the server's mirror at once (so the reward
+model evaluated after round t is the client's model after its round-t reward, as in the reference code) and
+sent to the client with its next instruction as a delta. A client that was sent an instruction but whose
+reply never arrived (dropped, ``train.client_dropout``) or was rejected (``ClientUpdateError``) may or may
+not have applied that delta, so its next instruction carries its full mirrored model instead
+(``delta=False``), which makes client and mirror identical again. Clients that were not sampled simply
+accumulate their pending rewards. Float buffers (BatchNorm statistics; mlp, mlp200 and cnn have none) travel
+in Δ and in the aggregates but are never normalised, clipped or sparsified: those operations act on the
+model's parameters only, like the reference code's ``model.parameters()`` loops.
+"""
+
+from __future__ import annotations
+
+import csv
+import logging
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch import Tensor, nn
+
+from fedhet.engine.protocol import (
+    ClientData,
+    ClientState,
+    Instruction,
+    Reply,
+    Strategy,
+    TrainContext,
+    Trainer,
+    Weights,
+    clone_weights,
+)
+from fedhet.errors import ConfigError
+
+log = logging.getLogger("fedhet")
+
+#: Reply.payload prefix of the part of Δ a client keeps locally when it differs from its upload (CFFL).
+LOCAL_UPDATE_PREFIX = "local_update/"
+LOCAL_UPDATE_MODES = ("reset", "keep")
+UPLOAD_CRITERIA = ("all", "layer")
+
+
+# --------------------------------------------------------------------------------------------------------
+# Update arithmetic (pure functions on state dicts)
+# --------------------------------------------------------------------------------------------------------
+def state_delta(new: Mapping[str, Tensor], old: Mapping[str, Tensor]) -> Weights:
+    """Δ = new − old for every key (integer buffers included, so that old + Δ == new exactly)."""
+    return {k: (new[k] - old[k]).detach().clone() for k in old}
+
+
+def add_update(base: Mapping[str, Tensor], update: Mapping[str, Tensor], scale: float = 1.0) -> Weights:
+    """base + scale·update as a new state dict; keys missing from ``update`` are copied from ``base``."""
+    out: Weights = {}
+    for k, v in base.items():
+        u = update.get(k)
+        if u is None:
+            out[k] = v.clone()
+        elif v.is_floating_point():
+            out[k] = v + scale * u.to(v.device, v.dtype)
+        elif scale == 1.0:
+            out[k] = v + u.to(v.device, v.dtype)
+        else:  # integer buffers (counters) only ever move by whole updates
+            out[k] = v.clone()
+    return out
+
+
+def zeros_like_update(like: Mapping[str, Tensor]) -> Weights:
+    """A zero update with the keys, shapes and dtypes of ``like``."""
+    return {k: torch.zeros_like(v) for k, v in like.items()}
+
+
+def weighted_sum(
+    updates: Sequence[Mapping[str, Tensor]], weights: Iterable[float], keys: Sequence[str]
+) -> Weights:
+    """Σ_i w_i·u_i over ``keys`` (not normalised: the caller chooses the weights' sum)."""
+    weights = [float(w) for w in weights]
+    if len(weights) != len(updates):
+        raise ValueError(f"{len(updates)} updates but {len(weights)} weights")
+    if not updates:
+        raise ValueError("weighted_sum needs at least one update")
+    out: Weights = {}
+    for k in keys:
+        acc = torch.zeros_like(updates[0][k])
+        for w, u in zip(weights, updates, strict=True):
+            if w != 0.0:
+                acc.add_(u[k], alpha=w)
+        out[k] = acc
+    return out
+
+
+def flatten(update: Mapping[str, Tensor], keys: Sequence[str]) -> Tensor:
+    """The update's ``keys`` concatenated into one vector (the reference code's ``flatten``)."""
+    return torch.cat([update[k].reshape(-1).float() for k in keys]) if keys else torch.zeros(0)
+
+
+def unflatten(vector: Tensor, like: Mapping[str, Tensor], keys: Sequence[str]) -> Weights:
+    """Inverse of :func:`flatten`: cut ``vector`` back into tensors shaped like ``like[k]``."""
+    out: Weights = {}
+    offset = 0
+    for k in keys:
+        n = like[k].numel()
+        out[k] = vector[offset : offset + n].reshape(like[k].shape).to(like[k].dtype)
+        offset += n
+    if offset != vector.numel():
+        raise ValueError(f"vector has {vector.numel()} entries, the keys need {offset}")
+    return out
+
+
+def cosine(a: Tensor, b: Tensor, eps: float = 1e-10) -> float:
+    """cos(a, b) = a·b / max(‖a‖‖b‖, eps) (torch's ``cosine_similarity`` convention; 0 for a zero vector)."""
+    a, b = a.double(), b.double()
+    return float(torch.dot(a, b) / max(float(a.norm() * b.norm()), eps))
+
+
+def update_norm(update: Mapping[str, Tensor], keys: Sequence[str]) -> float:
+    """‖flat(update)‖₂ over ``keys``."""
+    return float(flatten(update, keys).norm())
+
+
+def normalise_update(
+    update: Mapping[str, Tensor],
+    keys: Sequence[str],
+    target_norm: float,
+    mode: str = "scale",
+    eps: float = 1e-7,
+) -> Weights:
+    """CGSV's Δ̃ = Γ·Δ/(‖Δ‖ + 1e-7) on ``keys`` (``mode='scale'``); ``'clip'`` rescales only when ‖Δ‖ > Γ.
+
+    Other keys are returned unchanged.
+    """
+    norm = update_norm(update, keys) + eps
+    out = dict(update)
+    if mode == "clip" and norm <= target_norm:
+        return out
+    factor = target_norm / norm
+    for k in keys:
+        out[k] = update[k] * factor
+    return out
+
+
+def clip_elementwise(update: Mapping[str, Tensor], bound: float, keys: Sequence[str]) -> Weights:
+    """CFFL's clipping: every entry of ``keys`` clamped to [−bound, bound]; other keys unchanged."""
+    out = dict(update)
+    for k in keys:
+        out[k] = update[k].clamp(-bound, bound)
+    return out
+
+
+def topk_per_layer(update: Mapping[str, Tensor], fraction: float, keys: Sequence[str]) -> Weights:
+    """Per tensor of ``keys`` keep the ⌈fraction·|tensor|⌉ largest-magnitude entries, zero the rest.
+
+    CGSV's ``mask_grad_update_by_order(mode='layer')``; ``fraction >= 1`` keeps everything, ``<= 0``
+    nothing. Exactly k entries survive (ties broken by ``torch.topk``). Other keys are unchanged.
+    """
+    out = dict(update)
+    for k in keys:
+        t = update[k]
+        n = t.numel()
+        count = min(n, math.ceil(n * fraction)) if fraction > 0 else 0
+        out[k] = _keep_topk(t, count)
+    return out
+
+
+def topk_global(update: Mapping[str, Tensor], count: int, keys: Sequence[str]) -> Weights:
+    """Keep the ``count`` largest-magnitude entries over all tensors of ``keys`` together, zero the rest.
+
+    CFFL's ``largest_criterion='all'``. Exactly ``count`` entries survive; other keys are unchanged.
+    """
+    out = dict(update)
+    if not keys:
+        return out
+    flat = flatten(update, keys)
+    count = max(0, min(int(count), flat.numel()))
+    kept = _keep_topk(flat, count)
+    out.update(unflatten(kept, update, keys))
+    return out
+
+
+def _keep_topk(t: Tensor, count: int) -> Tensor:
+    if count >= t.numel():
+        return t.clone()
+    out = torch.zeros_like(t).reshape(-1)
+    if count > 0:
+        idx = torch.topk(t.reshape(-1).abs(), count).indices
+        out[idx] = t.reshape(-1)[idx]
+    return out.reshape(t.shape)
+
+
+def count_entries(like: Mapping[str, Tensor], keys: Sequence[str]) -> int:
+    """Number of scalars in ``keys`` (|params| in CFFL's download size)."""
+    return sum(like[k].numel() for k in keys)
+
+
+def parameter_keys(model: nn.Module) -> list[str]:
+    """State-dict keys of the model's parameters (what the reference code's ``model.parameters()`` covers)."""
+    return [name for name, _ in model.named_parameters()]
+
+
+# --------------------------------------------------------------------------------------------------------
+# Client
+# --------------------------------------------------------------------------------------------------------
+class OwnModelTrainer(Trainer):
+    """Client of the own-model methods: train the own model, upload Δ, keep what ``ins.config`` says.
+
+    Config keys (all optional): ``local_update`` ('reset': the model returns to where it started, CGSV/IAFL;
+    'keep': it keeps the (clipped) update, CFFL/ShapFed), ``update_clip`` (element-wise bound on Δ, CFFL),
+    ``upload_fraction`` θ and ``upload_criterion`` ('all'/'layer': only the top-θ entries of Δ are uploaded,
+    CFFL) and ``local_epochs`` (this round's local epochs, ShapFed's longer first round).
+    """
+
+    def prepare(
+        self, model: nn.Module, data: ClientData, ins: Instruction, state: ClientState, ctx: TrainContext
+    ) -> None:
+        # The model already holds the start weights: the own model after this round's reward.
+        self._start = clone_weights(model.state_dict())
+        self._instruction = ins
+
+    def num_steps(self, data: ClientData, ctx: TrainContext) -> int:
+        """As the base, but an instruction's ``local_epochs`` overrides ``train.local_epochs`` this round."""
+        ins = getattr(self, "_instruction", None)
+        epochs = ins.config.get("local_epochs") if ins is not None else None
+        if epochs is None or ctx.train.local_steps:
+            return super().num_steps(data, ctx)
+        per_epoch = math.ceil(data.num_examples / ctx.train.batch_size) if data.num_examples else 0
+        return int(round(float(epochs) * per_epoch))
+
+    def finish(
+        self,
+        model: nn.Module,
+        data: ClientData,
+        ins: Instruction,
+        state: ClientState,
+        ctx: TrainContext,
+        metrics: dict[str, float],
+    ) -> Reply:
+        """Upload Δ (clipped / top-θ filtered as configured); keep the own model per ``local_update``."""
+        start = self._start
+        params = parameter_keys(model)
+        delta = state_delta(model.state_dict(), start)
+        cfg = ins.config
+        clip = cfg.get("update_clip")
+        if clip:
+            delta = clip_elementwise(delta, float(clip), params)
+        upload = delta
+        fraction = float(cfg.get("upload_fraction", 1.0))
+        if fraction < 1.0:
+            if cfg.get("upload_criterion", "all") == "layer":
+                upload = topk_per_layer(delta, fraction, params)
+            else:
+                upload = topk_global(delta, int(fraction * count_entries(delta, params)), params)
+        mode = cfg.get("local_update", "reset")
+        payload: dict[str, Tensor] = {}
+        if mode == "keep":
+            state.weights = add_update(start, delta)
+            if upload is not delta:
+                payload = {LOCAL_UPDATE_PREFIX + k: v for k, v in delta.items()}
+        else:
+            state.weights = start
+        return Reply(weights=upload, num_examples=data.num_examples, metrics=metrics, payload=payload)
+
+
+# --------------------------------------------------------------------------------------------------------
+# Server
+# --------------------------------------------------------------------------------------------------------
+class OwnModelStrategy(Strategy):
+    """Server base of CFFL/CGSV/ShapFed/IAFL: mirrors each client's own model and delivers rewards.
+
+    Subclasses implement :meth:`server_round` (from the round's uploads: update ``self.model`` and call
+    :meth:`give_reward`) and may override :meth:`client_config`, :meth:`before_round`,
+    :meth:`contributions`, :meth:`extra_state` / :meth:`load_extra_state` and :meth:`client_columns`.
+    """
+
+    trainer_class = OwnModelTrainer
+    #: The engine must not store replies as client models: replies carry Δ, the trainer keeps the model.
+    keeps_client_models = False
+    partial_replies = False
+    #: What a client keeps of its own update ('reset' or 'keep'), sent in every instruction.
+    local_update = "reset"
+
+    def __init__(self) -> None:
+        super().__init__(weighting="samples", reward="local")
+        self.client_models: dict[int, Weights] = {}
+        self.pending: dict[int, Weights] = {}
+        self.resync: set[int] = set()
+        self._awaiting: set[int] = set()
+        self.rounds_done = 0
+
+    # -- life cycle ---------------------------------------------------------------------------------------
+    def setup(self, ctx: Any) -> None:
+        super().setup(ctx)
+        init = clone_weights(self.model.state_dict())
+        self.param_keys = parameter_keys(self.model)
+        self.float_keys = [k for k, v in init.items() if v.is_floating_point()]
+        self.client_models = {cid: clone_weights(init) for cid in range(ctx.num_clients)}
+        self.pending, self.resync, self._awaiting, self.rounds_done = {}, set(), set(), 0
+        self.sizes = np.asarray(ctx.client_sizes, dtype=np.float64)
+
+    def client_config(self, rnd: int, cid: int) -> dict[str, Any]:
+        """Config sent to client ``cid`` in round ``rnd`` (scalars only, Flower-compatible)."""
+        return {"local_update": self.local_update}
+
+    def before_round(self, rnd: int, client_ids: list[int]) -> None:
+        """Called at the start of :meth:`configure` (IAFL's stochastic recovery)."""
+
+    def configure(self, rnd: int, client_ids: list[int]) -> dict[int, Instruction]:
+        """Each sampled client gets its pending reward as a delta, or its full model when out of sync."""
+        self.before_round(rnd, client_ids)
+        out: dict[int, Instruction] = {}
+        for cid in client_ids:
+            if cid in self.resync:
+                ins = Instruction(weights=clone_weights(self.client_models[cid]), delta=False)
+            elif cid in self.pending:
+                ins = Instruction(weights=self.pending[cid], delta=True)
+            else:
+                ins = Instruction(weights={})
+            ins.config.update(self.client_config(rnd, cid))
+            out[cid] = ins
+        self._awaiting = set(client_ids)
+        return out
+
+    def aggregate(self, rnd: int, replies: dict[int, Reply]) -> None:
+        """Book-keep deliveries, apply what clients kept to the mirrors, then run :meth:`server_round`."""
+        accepted = {cid: rep for cid, rep in sorted(replies.items()) if self._payload_ok(cid, rep)}
+        for cid in self._awaiting:
+            self.pending.pop(cid, None)
+            if cid in accepted:
+                self.resync.discard(cid)
+            else:
+                self.resync.add(cid)
+        self._awaiting = set()
+        updates: dict[int, Weights] = {}
+        starts: dict[int, Weights] = {}
+        for cid, rep in accepted.items():
+            starts[cid] = self.client_models[cid]
+            updates[cid] = rep.weights
+            if self.local_update == "keep":
+                kept = self.local_part(rep)
+                self.client_models[cid] = add_update(starts[cid], kept)
+        self.server_round(rnd, starts, updates, accepted)
+        self.rounds_done += 1
+
+    def server_round(
+        self, rnd: int, starts: dict[int, Weights], updates: dict[int, Weights], replies: dict[int, Reply]
+    ) -> None:
+        """The method's server step. ``updates`` may be empty (every client dropped): it must not fail."""
+        raise NotImplementedError
+
+    # -- helpers for subclasses ---------------------------------------------------------------------------
+    def local_part(self, reply: Reply) -> Weights:
+        """The part of Δ the client kept: the payload's ``local_update/*`` if sent, else the upload."""
+        if any(k.startswith(LOCAL_UPDATE_PREFIX) for k in reply.payload):
+            return {k[len(LOCAL_UPDATE_PREFIX) :]: v for k, v in reply.payload.items()}
+        return reply.weights
+
+    def give_reward(self, cid: int, delta: Mapping[str, Tensor]) -> None:
+        """Add the reward δ to client ``cid``'s model (mirror now, client with its next instruction)."""
+        self.client_models[cid] = add_update(self.client_models[cid], delta)
+        if cid in self.resync:
+            return  # its next instruction carries the full mirror anyway
+        prev = self.pending.get(cid)
+        self.pending[cid] = (
+            add_update(prev, delta) if prev is not None else {k: v.clone() for k, v in delta.items()}
+        )
+
+    def set_client_model(self, cid: int, weights: Mapping[str, Tensor]) -> None:
+        """Replace client ``cid``'s model (IAFL's recovery); it is sent in full with the next instruction."""
+        self.client_models[cid] = clone_weights(weights)
+        self.pending.pop(cid, None)
+        self.resync.add(cid)
+
+    def apply_to_global(self, update: Mapping[str, Tensor]) -> None:
+        """w_server ← w_server + update."""
+        self.model.load_state_dict(add_update(self.model.state_dict(), update))
+
+    def zero_update(self) -> Weights:
+        return zeros_like_update(self.model.state_dict())
+
+    def _payload_ok(self, cid: int, reply: Reply) -> bool:
+        """Validate the optional ``local_update/*`` payload like the engine validates weights."""
+        ref = self.model.state_dict()
+        local = {
+            k[len(LOCAL_UPDATE_PREFIX) :]: v
+            for k, v in reply.payload.items()
+            if k.startswith(LOCAL_UPDATE_PREFIX)
+        }
+        if not local:
+            return True
+        problem = None
+        if set(local) != set(ref):
+            problem = "its local_update payload does not cover exactly the model's keys"
+        else:
+            for k, v in local.items():
+                if not isinstance(v, Tensor) or v.shape != ref[k].shape:
+                    problem = f"local_update/{k} has the wrong type or shape"
+                    break
+                if v.is_floating_point() and not bool(torch.isfinite(v).all()):
+                    problem = f"local_update/{k} holds non-finite values"
+                    break
+        if problem:
+            log.warning("rejected the update of client %d: %s", cid, problem)
+        return problem is None
+
+    # -- rewards ------------------------------------------------------------------------------------------
+    def reward_model(self, cid: int) -> nn.Module | None:
+        """Client ``cid``'s own model after its latest reward (the server's mirror of it)."""
+        model = self._scratch_model()
+        model.load_state_dict(self.client_models[cid])
+        return model
+
+    def has_rewards(self) -> bool:
+        return True
+
+    # -- artifacts ----------------------------------------------------------------------------------------
+    def client_columns(self) -> dict[str, Sequence[float]]:
+        """Per-client columns of ``<method>_clients.csv`` (override to add method-specific ones)."""
+        cols: dict[str, Sequence[float]] = {"num_examples": self.sizes.tolist()}
+        c = self.contributions()
+        if c is not None:
+            cols["contribution"] = [float(v) for v in c]
+        return cols
+
+    def write_artifacts(self, run_dir: Any) -> None:
+        """``<method>_clients.csv``: one row per client with its final contribution and reward state."""
+        cols = self.client_columns()
+        path = Path(run_dir) / f"{self.name}_clients.csv"
+        with open(path, "w", newline="") as fh:
+            writer = csv.writer(fh)
+            writer.writerow(["client", *cols])
+            for cid in range(self.ctx.num_clients):
+                writer.writerow([cid, *(cols[c][cid] for c in cols)])
+
+    # -- state ----------------------------------------------------------------------------------------------
+    def extra_state(self) -> dict[str, Any]:
+        """Method-specific state (tensors, numpy arrays, JSON values)."""
+        return {}
+
+    def load_extra_state(self, sd: Mapping[str, Any]) -> None:
+        """Inverse of :meth:`extra_state`."""
+
+    def state_dict(self) -> dict[str, Any]:
+        return {
+            "model": clone_weights(self.model.state_dict()),
+            "client_models": {str(k): v for k, v in self.client_models.items()},
+            "pending": {str(k): v for k, v in self.pending.items()},
+            "resync": sorted(self.resync),
+            "rounds_done": self.rounds_done,
+            "extra": self.extra_state(),
+        }
+
+    def load_state_dict(self, sd: Mapping[str, Any]) -> None:
+        self.model.load_state_dict(sd["model"])
+        self.client_models = {int(k): dict(v) for k, v in sd["client_models"].items()}
+        self.pending = {int(k): dict(v) for k, v in sd.get("pending", {}).items()}
+        self.resync = {int(c) for c in sd.get("resync", [])}
+        self.rounds_done = int(sd.get("rounds_done", 0))
+        self.load_extra_state(sd.get("extra", {}))
+
+
+# --------------------------------------------------------------------------------------------------------
+# Small validators shared by the four methods
+# --------------------------------------------------------------------------------------------------------
+def check_number(
+    name: str,
+    value: Any,
+    low: float,
+    high: float,
+    *,
+    low_open: bool = False,
+    high_open: bool = False,
+    hint: str = "",
+) -> float:
+    """``value`` as a float inside the interval, or a ConfigError naming ``method.params.<name>``."""
+    ok = isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(float(value))
+    if ok:
+        v = float(value)
+        ok = (v > low if low_open else v >= low) and (v < high if high_open else v <= high)
+    if not ok:
+        lo, hi = ("(" if low_open else "["), (")" if high_open else "]")
+        raise ConfigError(
+            f"method.params.{name}={value!r} must be a number in {lo}{low}, {high}{hi}"
+            + (f"; {hint}" if hint else "")
+        )
+    return float(value)
+
+
+def check_choice(name: str, value: Any, accepted: Sequence[str]) -> str:
+    """``value`` if it is one of ``accepted``, else a ConfigError naming ``method.params.<name>``."""
+    if value not in accepted:
+        raise ConfigError(f"method.params.{name}={value!r}; accepted: {list(accepted)}")
+    return value
+
+
+def class_presence(class_counts: np.ndarray) -> np.ndarray:
+    """Number of classes each client holds (rows of the (N, K) count matrix with a positive count)."""
+    return (np.asarray(class_counts) > 0).sum(axis=1).astype(np.float64)

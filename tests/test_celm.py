@@ -1,0 +1,450 @@
+"""CELM (methods.md §1.1): contribution math known answers, probes (batched == loop, real-data sanity),
+warm-up head retention, freezing, aggregation with c, missing clients, state round trip, end-to-end runs."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from fedhet.algorithms import build_strategy
+from fedhet.algorithms.celm import (
+    CELM,
+    CELMRS,
+    baseline_from_global,
+    class_shares,
+    client_scores,
+    debias,
+    ema_contributions,
+    estimate_contributions,
+    maximize_class_logits,
+    probe_generator,
+    to_simplex,
+    warmup_rounds,
+)
+from fedhet.algorithms.fedrs import FedRSTrainer
+from fedhet.config import ExperimentConfig, load_config
+from fedhet.engine import checkpoint as ckpt
+from fedhet.engine.protocol import Trainer, clone_weights
+from fedhet.engine.simulation import Simulation
+from fedhet.errors import ConfigError
+from fedhet.models import build_model
+
+torch.set_num_threads(1)
+
+ROOT = Path(__file__).resolve().parents[1]
+FASHION = Path("/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz")
+needs_fashion = pytest.mark.skipif(not FASHION.exists(), reason="Fashion-MNIST idx files missing")
+
+
+@pytest.fixture(autouse=True)
+def _tmp_cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("FEDHET_CACHE", str(tmp_path / "cache"))
+
+
+# --------------------------------------------------------------------------------------------------------
+# Contribution math (hand-made evidence matrices)
+# --------------------------------------------------------------------------------------------------------
+def test_warmup_rounds_is_the_ceiling_of_the_fraction():
+    assert warmup_rounds(0.05, 100) == 5
+    assert warmup_rounds(0.05, 200) == 10
+    assert warmup_rounds(0.05, 10) == 1
+    assert warmup_rounds(0.3, 10) == 3
+    assert warmup_rounds(0.25, 10) == 3
+    assert warmup_rounds(1.0, 7) == 7
+
+
+def test_scalar_baseline_debias_shares_simplex_and_ema_known_answer():
+    raw = np.array([[5.0, 1.0, 3.0], [2.0, 4.0, 3.0], [1.0, 1.0, 1.0]])
+    global_logits = np.array([1.0, 3.0, 2.0])
+    assert baseline_from_global(global_logits) == 2.0
+    q = debias(raw, 2.0)
+    np.testing.assert_array_equal(q, [[3, 0, 1], [0, 2, 1], [0, 0, 0]])
+    r = class_shares(q, epsilon=0.0)
+    np.testing.assert_allclose(r, [[1, 0, 0.5], [0, 1, 0.5], [0, 0, 0]])
+    np.testing.assert_allclose(client_scores(r), [0.5, 0.5, 0.0])
+    np.testing.assert_allclose(to_simplex(client_scores(r)), [0.5, 0.5, 0.0])
+    step = estimate_contributions(np.full(3, 1 / 3), raw, global_logits, [0, 1, 2], momentum=0.5)
+    # c = 0.5 · 1/3 + 0.5 · [0.5, 0.5, 0]
+    np.testing.assert_allclose(step.contributions, [5 / 12, 5 / 12, 2 / 12], rtol=1e-7)
+    assert step.contributions.sum() == pytest.approx(1.0)
+
+
+def test_per_class_baseline_subtracts_each_classes_global_logit():
+    raw = np.array([[5.0, 1.0, 3.0], [2.0, 4.0, 3.0], [1.0, 1.0, 1.0]])
+    global_logits = np.array([1.0, 3.0, 2.0])
+    step = estimate_contributions(
+        np.full(3, 1 / 3), raw, global_logits, [0, 1, 2], momentum=0.0, epsilon=0.0, per_class_baseline=True
+    )
+    np.testing.assert_array_equal(step.debiased, [[4, 0, 1], [1, 1, 1], [0, 0, 0]])
+    np.testing.assert_allclose(step.shares, [[0.8, 0, 0.5], [0.2, 1, 0.5], [0, 0, 0]])
+    # ĉ = [1.3, 1.7, 0] / 3 -> simplex [0.4333, 0.5667, 0]; momentum 0 -> c = c̄
+    np.testing.assert_allclose(step.contributions, [1.3 / 3, 1.7 / 3, 0.0])
+    # the scalar baseline (b = 2) gives a different answer on the same matrix
+    scalar = estimate_contributions(np.full(3, 1 / 3), raw, global_logits, [0, 1, 2], momentum=0.0)
+    np.testing.assert_allclose(scalar.contributions, [0.5, 0.5, 0.0], atol=1e-8)
+
+
+def test_epsilon_enters_the_class_shares():
+    r = class_shares(np.array([[1e-8], [0.0]]), epsilon=1e-8)
+    np.testing.assert_allclose(r, [[0.5], [0.0]])
+
+
+def test_all_evidence_below_the_baseline_gives_uniform_weights():
+    raw = np.array([[1.0, 2.0], [0.5, 1.5]])
+    step = estimate_contributions(np.array([0.7, 0.3]), raw, np.array([3.0, 3.0]), [0, 1], momentum=0.5)
+    np.testing.assert_array_equal(step.debiased, 0.0)
+    np.testing.assert_allclose(step.scores, [0.5, 0.5])
+    np.testing.assert_allclose(step.contributions, [0.6, 0.4])  # 0.5·[0.7, 0.3] + 0.5·[0.5, 0.5]
+
+
+def test_one_client_gets_all_the_weight():
+    step = estimate_contributions(np.array([1.0]), np.array([[5.0, 0.5]]), np.array([1.0, 1.0]), [0])
+    np.testing.assert_allclose(step.scores, [1.0])
+    np.testing.assert_allclose(step.contributions, [1.0])
+
+
+def test_a_class_without_evidence_counts_for_no_client():
+    raw = np.array([[3.0, 0.0, 2.0], [1.0, 0.0, 2.0]])
+    step = estimate_contributions(np.full(2, 0.5), raw, np.array([1.0, 1.0, 1.0]), [0, 1], momentum=0.0)
+    np.testing.assert_allclose(step.shares[:, 1], 0.0)
+    # class 0: shares [1, 0]; class 2: [0.5, 0.5]; class 1: none -> ĉ = [1.5, 0.5]/3 -> [0.75, 0.25]
+    np.testing.assert_allclose(step.contributions, [0.75, 0.25], rtol=1e-7)
+
+
+def test_missing_clients_keep_their_weight_and_c_stays_on_the_simplex():
+    previous = np.array([0.1, 0.2, 0.3, 0.4])
+    out = ema_contributions(previous, np.array([0.25, 0.75]), [1, 3], momentum=0.5)
+    # the present clients held 0.6: c_1 = 0.5·0.2 + 0.5·0.25·0.6, c_3 = 0.5·0.4 + 0.5·0.75·0.6
+    np.testing.assert_allclose(out, [0.1, 0.175, 0.3, 0.425])
+    assert out.sum() == pytest.approx(1.0)
+    np.testing.assert_allclose(
+        ema_contributions(previous, np.array([0.5, 0.5]), [0, 2], momentum=1.0), previous
+    )
+
+
+# --------------------------------------------------------------------------------------------------------
+# Probes
+# --------------------------------------------------------------------------------------------------------
+@pytest.mark.parametrize(("name", "shape", "steps"), [("mlp", (1, 28, 28), 30), ("cnn", (3, 32, 32), 8)])
+def test_batched_probe_equals_the_per_class_loop(name, shape, steps):
+    torch.manual_seed(3)
+    models = [build_model(name, shape, 10) for _ in range(3)]
+    states = [m.state_dict() for m in models]
+    before = [clone_weights(s) for s in states]
+    kw = dict(steps=steps, lr=0.05, l2=1e-3, init_scale=1.0)
+    batched = maximize_class_logits(models[0], states, shape, 10, generator=probe_generator(0, 1), **kw)
+    loop = maximize_class_logits(
+        models[0], states, shape, 10, generator=probe_generator(0, 1), impl="loop", **kw
+    )
+    assert batched.shape == (3, 10)
+    torch.testing.assert_close(batched, loop, rtol=1e-4, atol=1e-4)
+    # the ascent raised every logit above its value at the start noise; no weight was touched
+    with torch.no_grad():
+        noise = torch.randn((3, 10, *shape), generator=probe_generator(0, 1))
+        start = torch.stack(
+            [m.eval()(noise[i])[torch.arange(10), torch.arange(10)] for i, m in enumerate(models)]
+        )
+    assert bool((batched > start).all())
+    for s, b in zip(states, before, strict=True):
+        for k in s:
+            assert torch.equal(s[k], b[k])
+    assert all(p.grad is None for m in models for p in m.parameters())
+
+
+def test_probe_is_deterministic_in_seed_and_round():
+    model = build_model("mlp", (1, 28, 28), 10)
+    states = [model.state_dict()]
+    run = lambda seed, rnd: maximize_class_logits(  # noqa: E731
+        model, states, (1, 28, 28), 10, steps=5, generator=probe_generator(seed, rnd)
+    )
+    assert torch.equal(run(0, 1), run(0, 1))
+    assert not torch.equal(run(0, 1), run(0, 2))
+    assert not torch.equal(run(0, 1), run(1, 1))
+
+
+@needs_fashion
+def test_models_trained_on_disjoint_classes_show_evidence_on_their_own_classes():
+    from fedhet.data.datasets import load_dataset
+
+    ds = load_dataset("fashion-mnist", None)
+    x, y = ds.normalize(ds.train_x[:4000]), ds.train_y[:4000]
+    torch.manual_seed(0)
+    init = build_model("mlp", (1, 28, 28), 10)
+    owned = (torch.arange(5), torch.arange(5, 10))
+    models = []
+    for classes in owned:
+        model = build_model("mlp", (1, 28, 28), 10)
+        model.load_state_dict(init.state_dict())
+        keep = torch.isin(y, classes)
+        xs, ys = x[keep], y[keep]
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        for batch in torch.randperm(len(xs), generator=torch.Generator().manual_seed(1)).split(64):
+            opt.zero_grad()
+            torch.nn.functional.cross_entropy(model(xs[batch]), ys[batch]).backward()
+            opt.step()
+        models.append(model)
+    evidence = maximize_class_logits(
+        init, [m.state_dict() for m in models], (1, 28, 28), 10, generator=probe_generator(0, 1)
+    )
+    a, b = evidence
+    assert bool((a[:5] > b[:5]).all()), evidence  # model A's classes 0-4
+    assert bool((b[5:] > a[5:]).all()), evidence  # model B's classes 5-9
+    # and the contribution math turns that into a 50/50 split of the credit
+    step = estimate_contributions(
+        np.full(2, 0.5), evidence.double().numpy(), np.zeros(10), [0, 1], momentum=0.0
+    )
+    np.testing.assert_allclose(step.contributions, [0.5, 0.5], atol=0.1)
+
+
+# --------------------------------------------------------------------------------------------------------
+# The strategy in the engine
+# --------------------------------------------------------------------------------------------------------
+def small_config(method: str = "celm", **params) -> ExperimentConfig:
+    cfg = ExperimentConfig()
+    cfg.data.dataset, cfg.data.split, cfg.data.clients = "fashion-mnist", "iid", 3
+    cfg.data.max_train_samples, cfg.data.max_test_samples = 1500, 500
+    cfg.model.name = "mlp"
+    cfg.train.rounds = 4
+    cfg.train.schedule = "cosine"
+    cfg.eval.fairness = False
+    cfg.eval.checkpoint_every = 1
+    cfg.method.name = method
+    cfg.method.params = {"warmup_fraction": 0.5, "probe_steps": 10, **params}
+    return cfg
+
+
+class RecordingTrainer(Trainer):
+    """Records what each client was sent, where its training started and what it replied."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.sent: dict[tuple[int, int], list[str]] = {}
+        self.starts: dict[tuple[int, int], dict] = {}
+        self.replies: dict[tuple[int, int], dict] = {}
+
+    def start_weights(self, ins, state, ctx):
+        weights = super().start_weights(ins, state, ctx)
+        self.sent[(ctx.round, state.cid)] = sorted(ins.weights)
+        self.starts[(ctx.round, state.cid)] = clone_weights(weights)
+        return weights
+
+    def finish(self, model, data, ins, state, ctx, metrics):
+        reply = super().finish(model, data, ins, state, ctx, metrics)
+        self.replies[(ctx.round, data.cid)] = clone_weights(reply.weights)
+        return reply
+
+
+def _run_recorded(cfg: ExperimentConfig, run_dir=None):
+    trainer = RecordingTrainer()
+    sim = Simulation(cfg, run_dir=run_dir, trainer=trainer)
+    globals_after: list[dict] = []
+    sim.progress = lambda rnd, total, line: globals_after.append(
+        clone_weights(sim.strategy.model.state_dict())
+    )
+    summary = sim.run()
+    return sim, trainer, globals_after, summary
+
+
+def _average(states: list[dict], weights: np.ndarray) -> dict:
+    p = weights / weights.sum()
+    return {k: sum(float(w) * s[k] for w, s in zip(p, states, strict=True)) for k in states[0]}
+
+
+@needs_fashion
+def test_warmup_sends_the_backbone_keeps_local_heads_then_sends_the_full_model(tmp_path):
+    cfg = small_config()
+    sim, rec, globals_after, _ = _run_recorded(cfg)
+    strategy: CELM = sim.strategy
+    assert strategy.warmup == 2
+    backbone = sorted(strategy.model.backbone_keys())
+    everything = sorted(strategy.model.state_dict())
+    head = "head.weight"
+    for cid in range(3):
+        assert rec.sent[(1, cid)] == backbone and rec.sent[(2, cid)] == backbone
+        assert rec.sent[(3, cid)] == everything and rec.sent[(4, cid)] == everything
+        # round 1 starts from the shared initial head
+        assert torch.equal(rec.starts[(1, cid)][head], sim.initial_weights[head])
+        # round 2: the client's own head from round 1, not the global (c-averaged) one
+        assert torch.equal(rec.starts[(2, cid)][head], rec.replies[(1, cid)][head])
+        assert not torch.allclose(rec.starts[(2, cid)][head], globals_after[0][head])
+        assert torch.equal(rec.starts[(2, cid)]["hidden.0.weight"], globals_after[0]["hidden.0.weight"])
+        # round 3 (after warm-up): the full global model
+        for key in everything:
+            assert torch.equal(rec.starts[(3, cid)][key], globals_after[1][key])
+    assert not torch.equal(rec.starts[(2, 0)][head], rec.starts[(2, 1)][head])
+
+
+@needs_fashion
+def test_weights_freeze_after_warmup_and_aggregation_uses_them(tmp_path):
+    cfg = small_config()
+    sim, rec, globals_after, summary = _run_recorded(cfg, run_dir=tmp_path / "run")
+    strategy: CELM = sim.strategy
+    history = {r: np.array(c) for r, c in strategy.history}
+    assert not np.allclose(history[1], 1 / 3)  # the estimate moved away from c^0
+    np.testing.assert_array_equal(history[3], history[2])
+    np.testing.assert_array_equal(history[4], history[2])
+    np.testing.assert_allclose(summary["contributions"], history[2])
+    lines = [json.loads(s) for s in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert [line["celm_phase"] for line in lines] == ["warmup", "warmup", "frozen", "frozen"]
+    assert lines[3]["contributions"] == lines[1]["contributions"]
+    for rnd in (1, 4):  # warm-up and frozen rounds: w_g = Σ c_i w_i
+        expected = _average([rec.replies[(rnd, c)] for c in range(3)], history[rnd])
+        for key, value in expected.items():
+            torch.testing.assert_close(globals_after[rnd - 1][key], value, rtol=1e-5, atol=1e-6)
+    assert len(strategy.evidence) == 2
+    assert strategy.evidence[0]["raw"].shape == (3, 10)
+
+
+@needs_fashion
+def test_clients_missing_in_a_warmup_round_keep_their_weight(tmp_path):
+    cfg = small_config(warmup_fraction=1.0)
+    cfg.data.clients = 4
+    cfg.train.client_dropout = 0.5
+    sim = Simulation(cfg, run_dir=tmp_path / "run")
+    sim.run()
+    lines = [json.loads(s) for s in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert any(line.get("dropped") for line in lines)
+    previous = np.full(4, 0.25)
+    evidence = {e["round"]: e for e in sim.strategy.evidence}
+    for line in lines:
+        c = np.array(line["contributions"])
+        assert c.sum() == pytest.approx(1.0)
+        for cid in line.get("dropped", []):
+            assert c[cid] == pytest.approx(previous[cid], abs=1e-12)
+            if line["round"] in evidence:
+                assert np.isnan(evidence[line["round"]]["raw"][cid]).all()
+        previous = c
+
+
+@needs_fashion
+def test_state_dict_round_trips_through_a_checkpoint(tmp_path):
+    cfg = small_config(per_class_baseline=True)
+    sim = Simulation(cfg, run_dir=None)
+    sim.run()
+    path = ckpt.save_checkpoint(tmp_path / "ck", {"strategy": sim.strategy.state_dict()})
+    fresh = build_strategy("celm", cfg.method.params)
+    fresh.setup(sim.srv_ctx)
+    fresh.load_state_dict(ckpt.load_checkpoint(path)["strategy"])
+    np.testing.assert_array_equal(fresh.contributions(), sim.strategy.contributions())
+    assert fresh.history == sim.strategy.history and fresh.estimates == 2
+    for a, b in zip(fresh.evidence, sim.strategy.evidence, strict=True):
+        assert a["round"] == b["round"]
+        for key in ("raw", "global", "baseline", "debiased", "scores"):
+            np.testing.assert_array_equal(a[key], b[key])
+    for key, value in sim.strategy.model.state_dict().items():
+        assert torch.equal(fresh.model.state_dict()[key], value)
+
+
+class Interrupt(Exception):
+    pass
+
+
+@needs_fashion
+def test_a_run_interrupted_in_warmup_resumes_with_identical_results(tmp_path):
+    cfg = small_config()
+    Simulation(cfg, run_dir=tmp_path / "full").run()
+
+    def stop_at_2(rnd, total, line):
+        if rnd == 2:
+            raise Interrupt
+
+    with pytest.raises(Interrupt):
+        Simulation(cfg, run_dir=tmp_path / "cut", progress=stop_at_2).run()
+    shutil.rmtree(tmp_path / "cut" / "checkpoints" / "round_00002")  # resume from round 1: re-probe round 2
+    Simulation(cfg, run_dir=tmp_path / "cut", resume=True).run()
+    for name in ("metrics.jsonl", "contributions.csv", "evidence/round_002_raw.csv"):
+        assert (tmp_path / "cut" / name).read_text() == (tmp_path / "full" / name).read_text(), name
+
+
+@pytest.mark.slow
+@needs_fashion
+@pytest.mark.parametrize("method", ["celm", "celm-rs"])
+def test_end_to_end_run_writes_contribution_artifacts(tmp_path, method):
+    cfg = small_config(method)
+    cfg.data.split = "maverick"
+    cfg.data.clients = 4
+    cfg.data.max_train_samples = 4000
+    cfg.eval.every = 2
+    run = tmp_path / "run"
+    sim = Simulation(cfg, run_dir=run)
+    summary = sim.run()
+    assert isinstance(sim.strategy, CELMRS if method == "celm-rs" else CELM)
+    assert isinstance(sim.trainer, FedRSTrainer) == (method == "celm-rs")
+    assert summary["final"]["accuracy"] > 0.6
+    assert "rare_class_recall" in summary["final"]
+    assert sum(summary["contributions"]) == pytest.approx(1.0)
+    rows = (run / "contributions.csv").read_text().splitlines()
+    assert rows[0].startswith("round,phase,client_0") and len(rows) == 5
+    for t in (1, 2):
+        raw = (run / "evidence" / f"round_{t:03d}_raw.csv").read_text().splitlines()
+        assert raw[1].startswith("global_previous,") and len(raw) == 2 + 4
+        assert (
+            (run / "evidence" / f"round_{t:03d}_debiased.csv")
+            .read_text()
+            .splitlines()[1]
+            .startswith("baseline,")
+        )
+    for fig in ("celm_contributions", "celm_evidence", "celm_final_weights"):
+        assert (run / "figures" / f"{fig}.png").stat().st_size > 1000
+    from fedhet.report import write_report
+
+    text = write_report([run], tmp_path / "report.md").read_text()
+    assert "celm evidence" in text and "celm final weights" in text
+
+
+@needs_fashion
+def test_global_backbone_option_probes_client_heads_on_the_previous_global_backbone():
+    from fedhet.engine.protocol import Reply
+
+    sim = Simulation(small_config(probe_backbone="global"), run_dir=None)
+    sim.setup()
+    strategy: CELM = sim.strategy
+    torch.manual_seed(5)
+    replies = {
+        c: Reply(
+            weights={k: torch.randn_like(v) for k, v in strategy.model.state_dict().items()}, num_examples=1
+        )
+        for c in (0, 2)
+    }
+    states = strategy.probed_states([0, 2], replies)
+    global_state = strategy.model.state_dict()
+    assert len(states) == 3 and all(torch.equal(states[0][k], v) for k, v in global_state.items())
+    for state, cid in zip(states[1:], (0, 2), strict=True):
+        for key in strategy.backbone_keys:
+            assert torch.equal(state[key], global_state[key])
+        for key in strategy.model.head_keys():
+            assert torch.equal(state[key], replies[cid].weights[key])
+    strategy.probe_backbone = "client"  # the paper's default probes the client's own model
+    assert all(
+        torch.equal(strategy.probed_states([0], replies)[1][k], v) for k, v in replies[0].weights.items()
+    )
+
+
+def test_invalid_parameters_are_config_errors():
+    with pytest.raises(ConfigError, match="warmup_fraction"):
+        CELM(warmup_fraction=0.0)
+    with pytest.raises(ConfigError, match="probe_impl"):
+        CELM(probe_impl="fast")
+    with pytest.raises(ConfigError, match="probe_steps"):
+        CELM(probe_steps=0)
+    with pytest.raises(ConfigError, match="initial_contributions"):
+        CELM(initial_contributions="random")
+    with pytest.raises(ConfigError, match="probe_backbone"):
+        CELM(probe_backbone="local")
+    with pytest.raises(ConfigError, match="no parameter"):
+        build_strategy("celm", {"weighting": "uniform"})
+    strategy = build_strategy("celm-rs", {"fedrs_alpha": 0.1, "per_class_baseline": True})
+    assert strategy.fedrs_alpha == 0.1 and strategy.per_class_baseline
+
+
+@pytest.mark.parametrize("path", sorted((ROOT / "configs" / "celm").glob("*.toml")), ids=lambda p: p.stem)
+def test_celm_configs_parse_and_build(path):
+    cfg = load_config(path)
+    assert cfg.method.name == "celm"
+    build_strategy(cfg.method.name, cfg.method.params)
+    assert cfg.train.schedule == "cosine" and cfg.train.lr == 0.1 and cfg.train.batch_size == 64

@@ -1,0 +1,90 @@
+"""FedProx and FedProx+FixMatch: the proximal term's value and gradient, and end-to-end runs."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+from fedhet.algorithms import build_strategy
+from fedhet.algorithms.fedprox import FedProxFixMatchTrainer, FedProxTrainer, proximal_term
+from fedhet.config import ExperimentConfig
+from fedhet.engine.protocol import ClientState, TrainContext
+from fedhet.engine.simulation import Simulation
+from fedhet.errors import ConfigError
+
+torch.set_num_threads(1)
+
+
+@pytest.fixture(autouse=True)
+def _tmp_cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("FEDHET_CACHE", str(tmp_path / "cache"))
+
+
+def test_proximal_term_known_answer_and_gradient():
+    layer = nn.Linear(2, 1)
+    with torch.no_grad():
+        layer.weight.copy_(torch.tensor([[1.0, 2.0]]))
+        layer.bias.fill_(3.0)
+    reference = {"weight": torch.zeros(1, 2), "bias": torch.ones(1)}
+    term = proximal_term(layer, reference)
+    assert float(term.detach()) == pytest.approx(1 + 4 + 4)  # ‖w − w_g‖² = 1² + 2² + (3 − 1)²
+    term.backward()
+    assert layer.weight.grad.tolist() == [[2.0, 4.0]] and layer.bias.grad.tolist() == [4.0]
+
+
+def tiny_config(method: str, **params) -> ExperimentConfig:
+    cfg = ExperimentConfig()
+    cfg.data.dataset, cfg.data.split = "fashion-mnist", "labeled-unlabeled"
+    cfg.data.split_params = {"labeled_per_class": 20, "alpha": 0.5}
+    cfg.data.clients, cfg.data.max_train_samples, cfg.data.max_test_samples = 4, 2000, 300
+    cfg.model.name, cfg.model.params = "resnet8", {"width": 4}
+    cfg.train.rounds, cfg.train.clients_per_round, cfg.train.local_steps, cfg.train.batch_size = 2, 2, 3, 8
+    cfg.eval.fairness, cfg.eval.rewards = False, False
+    cfg.method.name, cfg.method.params = method, params
+    return cfg
+
+
+@pytest.mark.parametrize("method", ["fedprox", "fedprox-fixmatch"])
+def test_the_proximal_term_enters_the_local_loss(method):
+    sim = Simulation(tiny_config(method, mu=0.5))
+    sim.setup()
+    assert isinstance(sim.trainer, FedProxTrainer if method == "fedprox" else FedProxFixMatchTrainer)
+    data = sim.fed.clients[0]
+    ins = sim.strategy.configure(1, [0])[0]
+    assert ins.config["proximal_mu"] == 0.5
+    ins.config["lr"] = 0.1
+    ctx = TrainContext(1, torch.Generator().manual_seed(0), sim.device, sim.cfg.train, sim.initial_weights)
+    trainer = sim.trainer
+    model = sim.work_model
+    model.load_state_dict(trainer.start_weights(ins, ClientState(cid=0), ctx))
+    trainer.prepare(model, data, ins, ClientState(cid=0), ctx)
+    batch = next(iter(trainer.batches(data, ctx)))
+    with torch.no_grad():  # move away from w_g so the term is non-zero
+        for p in model.parameters():
+            p.add_(0.1)
+    with_prox = float(trainer.loss(model, batch, ins, ClientState(cid=0)).detach())
+    trainer.proximal_mu = 0.0
+    without = float(trainer.loss(model, batch, ins, ClientState(cid=0)).detach())
+    expected = 0.25 * sum(p.numel() * 0.01 for p in model.parameters())
+    assert with_prox - without == pytest.approx(expected, rel=1e-3)
+
+
+@pytest.mark.parametrize("method", ["fedprox", "fedprox-fixmatch"])
+def test_fedprox_runs_end_to_end(tmp_path, method):
+    summary = Simulation(tiny_config(method), run_dir=tmp_path / "run").run()
+    assert 0.0 <= summary["final"]["accuracy"] <= 1.0
+
+
+def test_fedprox_trains_on_labeled_data_only_and_validates_mu():
+    sim = Simulation(tiny_config("fedprox"))
+    sim.setup()
+    data = sim.fed.clients[0]
+    ctx = TrainContext(1, torch.Generator().manual_seed(0), sim.device, sim.cfg.train, sim.initial_weights)
+    labeled = set(data.indices.tolist())
+    labels = {int(data.labels[i]) for i in labeled}
+    for _, y in sim.trainer.batches(data, ctx):
+        assert set(y.tolist()) <= labels
+    assert build_strategy("fedprox", {}).mu == 0.001
+    with pytest.raises(ConfigError, match="mu"):
+        build_strategy("fedprox", {"mu": -1})

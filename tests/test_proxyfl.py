@@ -1,0 +1,350 @@
+"""ProxyFL: indecisive sets, ICPL, GPT, the class prior, the strategy's state and end-to-end runs."""
+
+from __future__ import annotations
+
+import json
+import math
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from fedhet.algorithms import build_strategy
+from fedhet.algorithms.proxyfl import (
+    ProxyFL,
+    candidate_class_sets,
+    global_proxy_tuning,
+    gpt_loss,
+    icpl_loss,
+    indecisive_sets,
+    predicted_class_sets,
+    proxy_margin,
+    update_class_prior,
+)
+from fedhet.config import ExperimentConfig, load_config
+from fedhet.engine import checkpoint as ckpt
+from fedhet.engine.protocol import Reply
+from fedhet.engine.simulation import Simulation
+from fedhet.errors import ConfigError
+from fedhet.models import build_model
+
+torch.set_num_threads(1)
+CONFIGS = Path(__file__).resolve().parents[1] / "configs" / "proxyfl"
+
+
+@pytest.fixture(autouse=True)
+def _tmp_cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("FEDHET_CACHE", str(tmp_path / "cache"))
+
+
+def tiny_config(method: str = "proxyfl", **params) -> ExperimentConfig:
+    cfg = ExperimentConfig()
+    cfg.data.dataset, cfg.data.split = "fashion-mnist", "labeled-unlabeled"
+    cfg.data.split_params = {"labeled_per_class": 20, "alpha": 0.5}
+    cfg.data.clients, cfg.data.max_train_samples, cfg.data.max_test_samples = 4, 2000, 300
+    cfg.model.name, cfg.model.params = "resnet8", {"width": 4}
+    cfg.train.rounds, cfg.train.clients_per_round, cfg.train.local_steps = 3, 2, 2
+    cfg.train.batch_size, cfg.train.momentum, cfg.train.weight_decay = 8, 0.9, 1e-4
+    cfg.eval.fairness, cfg.eval.rewards, cfg.eval.checkpoint_every = False, False, 1
+    cfg.method.name = method
+    cfg.method.params = {"gpt_epochs": 3, "threshold": 0.5, **params}
+    return cfg
+
+
+# -- indecisive sets ---------------------------------------------------------------------------------------
+def test_indecisive_sets_match_hand_computed_ones():
+    probs = torch.tensor([[0.5, 0.3, 0.2], [0.15, 0.25, 0.6], [0.34, 0.33, 0.33]])
+    prior = torch.tensor([0.4, 0.25, 0.35])
+    expected = torch.tensor([[True, True, False], [False, False, True], [False, True, False]])
+    assert torch.equal(indecisive_sets(probs, prior), expected)
+    assert torch.equal(candidate_class_sets(probs, prior, "prior"), expected)
+    top2 = torch.tensor([[True, True, False], [False, True, True], [True, True, False]])
+    assert torch.equal(candidate_class_sets(probs, prior, "top-k", top_k=2), top2)
+    # A confident sample's predicted set is its top-1 class alone.
+    confident = torch.tensor([True, False, True])
+    sets = predicted_class_sets(probs, confident, expected)
+    assert sets.tolist() == [[True, False, False], [False, False, True], [True, False, False]]
+    with pytest.raises(ConfigError, match="indecisive_rule"):
+        candidate_class_sets(probs, prior, "top1")
+
+
+# -- ICPL --------------------------------------------------------------------------------------------------
+def reference_icpl(z, proxies, probs, confident, candidates, num_labeled):
+    """Loop-by-loop restatement of methods.md §2.5 (independent of the vectorised implementation)."""
+    z = torch.nn.functional.normalize(z, dim=1)
+    p = torch.nn.functional.normalize(proxies, dim=1)
+    n = z.shape[0]
+    sets = []
+    for i in range(n):
+        if confident[i]:
+            sets.append({int(probs[i].argmax())})
+        else:
+            sets.append({c for c in range(probs.shape[1]) if candidates[i, c]})
+    losses = []
+    for i in range(num_labeled, n):
+        if confident[i]:
+            pos = float(z[i] @ p[int(probs[i].argmax())])
+        else:
+            pooled = sum(float(probs[i, c]) * p[c] for c in range(probs.shape[1]) if candidates[i, c])
+            pos = float(z[i] @ pooled) if isinstance(pooled, torch.Tensor) else 0.0
+        negs = [float(z[i] @ z[j]) for j in range(n) if j != i and not (sets[i] & sets[j])]
+        negs = [s for s in negs if s >= 1e-6]
+        logits = [pos, *negs]
+        losses.append(-pos + math.log(sum(math.exp(v) for v in logits)))
+    return sum(losses) / len(losses)
+
+
+def test_icpl_equals_a_loop_restatement_of_the_spec():
+    gen = torch.Generator().manual_seed(3)
+    n, c, d = 9, 4, 5
+    z = torch.randn(n, d, generator=gen)
+    proxies = torch.randn(c, d, generator=gen)
+    probs = torch.softmax(2 * torch.randn(n, c, generator=gen), dim=1)
+    prior = torch.full((c,), 0.25)
+    confident = probs.max(dim=1).values >= 0.6
+    assert 0 < int(confident.sum()) < n  # both kinds of anchors occur
+    candidates = indecisive_sets(probs, prior)
+    got = float(icpl_loss(z, proxies, probs, confident, candidates, num_labeled=3))
+    assert got == pytest.approx(reference_icpl(z, proxies, probs, confident, candidates, 3), rel=1e-5)
+    # only rows from num_labeled on are anchors: with all rows as anchors the loss differs
+    assert float(icpl_loss(z, proxies, probs, confident, candidates, num_labeled=0)) != pytest.approx(got)
+
+
+def test_icpl_is_finite_and_reaches_the_classifier_through_the_proxies():
+    model = build_model("resnet8", (3, 32, 32), 10, width=4)
+    x = torch.rand(12, 3, 32, 32)
+    features = model.features(x)
+    probs = torch.softmax(3 * torch.randn(12, 10, generator=torch.Generator().manual_seed(0)), dim=1)
+    confident = probs.max(dim=1).values > 0.5
+    candidates = indecisive_sets(probs, torch.full((10,), 0.1))
+    loss = icpl_loss(
+        model.feat_proj(features), model.proxy_proj(model.head.weight), probs, confident, candidates, 4
+    )
+    assert torch.isfinite(loss) and float(loss.detach()) > 0
+    loss.backward()
+    for name in ("head.weight", "proxy_proj.weight", "feat_proj.weight", "conv1.weight"):
+        grad = dict(model.named_parameters())[name].grad
+        assert grad is not None and torch.isfinite(grad).all() and float(grad.abs().sum()) > 0, name
+    assert model.head.bias.grad is None  # the proxies are the weight rows only
+
+
+def test_icpl_without_negatives_is_zero():
+    # every sample shares class 0 in its set: no negatives, logits = [pos] -> CE = 0
+    probs = torch.tensor([[0.9, 0.1], [0.6, 0.4], [0.7, 0.3]])
+    loss = icpl_loss(
+        torch.randn(3, 2), torch.randn(2, 2), probs, torch.ones(3, dtype=torch.bool), probs > 0.5, 1
+    )
+    assert float(loss) == 0.0
+
+
+# -- GPT ---------------------------------------------------------------------------------------------------
+def test_proxy_margin_known_answer():
+    proxies = torch.tensor([[0.0, 0.0], [3.0, 0.0], [0.0, 4.0]])
+    # nearest-neighbour distances 3, 3, 4 -> the largest is 4, capped by gpt_threshold
+    assert proxy_margin(proxies, 100.0) == pytest.approx(4.0)
+    assert proxy_margin(proxies, 2.0) == pytest.approx(2.0)
+
+
+@pytest.mark.parametrize("direction", ["paper", "code"])
+def test_gpt_loss_known_answer(direction):
+    global_proxies = torch.tensor([[0.0], [1.0]])
+    local = torch.tensor([[[0.0], [1.0]]])
+    assert float(gpt_loss(global_proxies, local, 0.0, direction)) == pytest.approx(math.log(1 + math.exp(-1)))
+    assert float(gpt_loss(global_proxies, local, 0.5, direction)) == pytest.approx(
+        math.log(1 + math.exp(-0.5))
+    )
+
+
+def outlier_proxies(seed: int = 0) -> torch.Tensor:
+    """8 clients' proxies for 5 classes: tight clusters around class centres, client 7 an outlier."""
+    gen = torch.Generator().manual_seed(seed)
+    centres = 3 * torch.randn(5, 16, generator=gen)
+    local = centres + 0.3 * torch.randn(8, 5, 16, generator=gen)
+    local[7] += 6 * torch.randn(5, 16, generator=gen)
+    return local
+
+
+@pytest.mark.parametrize("direction", ["paper", "code"])
+def test_gpt_lowers_its_loss_and_moves_global_proxies_to_their_class(direction):
+    local = outlier_proxies()
+    averaged = local.mean(dim=0)
+    result = global_proxy_tuning(
+        averaged, local, epochs=30, direction=direction, rng=np.random.default_rng(0)
+    )
+    assert result.steps == 30 * 10  # 40 proxies in batches of 4
+    assert result.loss_after < result.loss_before - 1e-3
+    margin = proxy_margin(averaged, 100.0)
+    assert result.margin == pytest.approx(margin)
+    assert result.loss_before == pytest.approx(float(gpt_loss(averaged, local, margin, direction)))
+    before = (averaged.unsqueeze(0) - local).norm(dim=2).sum(dim=0)  # Σ_m ‖ω_G^c − ω_m^c‖ per class
+    after = (result.proxies.unsqueeze(0) - local).norm(dim=2).sum(dim=0)
+    assert bool((after < before).all()), (before, after)
+    # the majority (non-outlier) clients' proxies get closer still
+    inliers_before = (averaged.unsqueeze(0) - local[:7]).norm(dim=2).mean()
+    inliers_after = (result.proxies.unsqueeze(0) - local[:7]).norm(dim=2).mean()
+    assert inliers_after < inliers_before
+
+
+def test_gpt_is_seeded():
+    local = outlier_proxies(1)
+    a = global_proxy_tuning(local.mean(0), local, epochs=3, rng=np.random.default_rng(5))
+    b = global_proxy_tuning(local.mean(0), local, epochs=3, rng=np.random.default_rng(5))
+    assert torch.equal(a.proxies, b.proxies)
+
+
+# -- the prior -------------------------------------------------------------------------------------------
+def test_class_prior_ema_known_answer():
+    prior = torch.tensor([0.5, 0.5], dtype=torch.float64)
+    new = update_class_prior(prior, torch.tensor([[4.0, 2.0], [2.0, 0.0]]), 0.99)
+    # current round: (6, 2) / 8 = (0.75, 0.25)
+    assert new.tolist() == pytest.approx([0.99 * 0.5 + 0.01 * 0.75, 0.99 * 0.5 + 0.01 * 0.25])
+    assert torch.equal(update_class_prior(prior, torch.zeros(3, 2), 0.99), prior)
+
+
+# -- the strategy ----------------------------------------------------------------------------------------
+def fake_replies(model, num_classes: int, seed: int = 0) -> dict[int, Reply]:
+    gen = torch.Generator().manual_seed(seed)
+    replies = {}
+    for cid in (0, 3):
+        weights = {
+            k: v + 0.01 * torch.randn(v.shape, generator=gen) if v.is_floating_point() else v.clone()
+            for k, v in model.state_dict().items()
+        }
+        counts = torch.zeros(num_classes, dtype=torch.float64)
+        counts[cid] = 10.0
+        replies[cid] = Reply(
+            weights=weights, num_examples=100, metrics={"num_labeled": 10.0}, payload={"class_counts": counts}
+        )
+    return replies
+
+
+def test_strategy_sends_the_prior_and_updates_it_from_class_counts(tmp_path):
+    sim = Simulation(tiny_config())
+    sim.setup()
+    strategy: ProxyFL = sim.strategy
+    ins = strategy.configure(1, [0, 1])
+    prior = ins[0].weights["server.proxyfl.prior"]
+    assert prior.tolist() == pytest.approx([0.1] * 10)
+    assert ins[0].config["fssl.mask"] == "or" and ins[0].config["fssl.pseudo_labels"] == "global"
+    replies = fake_replies(strategy.model, 10)
+    averaged_head = torch.stack([r.weights["head.weight"] for r in replies.values()]).mean(0)
+    averaged_bias = torch.stack([r.weights["head.bias"] for r in replies.values()]).mean(0)
+    strategy.aggregate(1, replies)
+    expected = [0.99 * 0.1 + 0.01 * (0.5 if k in (0, 3) else 0.0) for k in range(10)]
+    assert strategy.prior.tolist() == pytest.approx(expected)
+    assert not torch.allclose(strategy.model.head.weight, averaged_head)  # GPT changed the proxies
+    assert torch.allclose(strategy.model.head.bias, averaged_bias)  # the bias keeps its FedAvg value
+    metrics = strategy.round_metrics(1)
+    assert metrics["global_prior"] == pytest.approx(expected)
+    assert metrics["gpt_loss_after"] < metrics["gpt_loss_before"]
+    # next round sends the updated prior
+    assert strategy.configure(2, [1])[1].weights["server.proxyfl.prior"].tolist() == pytest.approx(expected)
+
+
+def test_inflated_labeled_weights_quirk():
+    replies = {0: Reply({}, 110, {"num_labeled": 10.0}), 1: Reply({}, 300, {"num_labeled": 50.0})}
+    plain = build_strategy("proxyfl", {}).aggregation_weights(1, replies)
+    assert plain.tolist() == [110.0, 300.0]  # |L_i| + |U_i|
+    quirk = build_strategy("proxyfl", {"inflated_labeled_weights": True}).aggregation_weights(1, replies)
+    assert quirk.tolist() == [2000 * 10 + 100, 2000 * 50 + 250]
+
+
+def test_state_dict_round_trips_through_a_checkpoint(tmp_path):
+    sim = Simulation(tiny_config())
+    sim.setup()
+    strategy = sim.strategy
+    strategy.aggregate(1, fake_replies(strategy.model, 10))
+    strategy.aggregate(2, fake_replies(strategy.model, 10, seed=1))
+    ckpt.save_checkpoint(tmp_path / "ck", {"strategy": strategy.state_dict()})
+    other = Simulation(tiny_config())
+    other.setup()
+    other.strategy.load_state_dict(ckpt.load_checkpoint(tmp_path / "ck")["strategy"])
+    assert torch.equal(other.strategy.prior, strategy.prior)
+    assert other.strategy.history == strategy.history
+    for k, v in strategy.model.state_dict().items():
+        assert torch.equal(other.strategy.model.state_dict()[k], v)
+
+
+def test_invalid_options_are_config_errors():
+    with pytest.raises(ConfigError, match="gpt_direction"):
+        build_strategy("proxyfl", {"gpt_direction": "sideways"})
+    with pytest.raises(ConfigError, match="threshold"):
+        build_strategy("proxyfl", {"threshold": 1.5})
+    with pytest.raises(ConfigError, match="prior_momentum"):
+        build_strategy("proxyfl", {"prior_momentum": 2})
+    cfg = tiny_config()
+    cfg.model.name, cfg.model.params = "mlp", {}
+    with pytest.raises(ConfigError, match="feat_proj"):
+        Simulation(cfg).setup()
+
+
+# -- end to end --------------------------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    "params",
+    [
+        {},
+        {"gpt_direction": "code", "shared_optimizer": True, "inflated_labeled_weights": True},
+        {"icpl": False, "indecisive_rule": "top-k", "indecisive_top_k": 2},
+    ],
+)
+def test_proxyfl_runs_end_to_end_and_writes_its_reports(tmp_path, params):
+    cfg = tiny_config(**params)
+    summary = Simulation(cfg, run_dir=tmp_path / "run").run()
+    assert 0.0 <= summary["final"]["accuracy"] <= 1.0
+    lines = [json.loads(s) for s in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert len(lines) == 3
+    for line in lines:
+        assert len(line["global_prior"]) == 10 and sum(line["global_prior"]) == pytest.approx(1.0)
+        assert 0.0 <= line["unlabeled_used_fraction"] <= 1.0
+        assert 0.0 <= line["pseudo_label_accuracy"] <= 1.0
+        assert math.isfinite(line["loss_supervised"])
+        assert ("loss_icpl" in line) == params.get("icpl", True)
+    for name in (
+        "global_prior.csv",
+        "fssl_rounds.csv",
+        "figures/global_prior.png",
+        "figures/pseudo_labels.png",
+    ):
+        assert (tmp_path / "run" / name).is_file(), name
+    prior_rows = (tmp_path / "run" / "global_prior.csv").read_text().splitlines()
+    assert len(prior_rows) == 1 + 1 + 3  # header, round 0 (uniform), rounds 1-3
+
+
+def test_normalization_mismatch_needs_rgb_data():
+    cfg = tiny_config(normalization_mismatch=True)
+    with pytest.raises(ConfigError, match="normalization_mismatch"):
+        Simulation(cfg).run()
+
+
+@pytest.mark.slow
+def test_interrupted_proxyfl_run_resumes_with_identical_results(tmp_path):
+    cfg = tiny_config()
+    Simulation(cfg, run_dir=tmp_path / "full").run()
+
+    class Stop(Exception):
+        pass
+
+    def stop_at_2(rnd, total, line):
+        if rnd == 2:
+            raise Stop
+
+    with pytest.raises(Stop):
+        Simulation(cfg, run_dir=tmp_path / "cut", progress=stop_at_2).run()
+    shutil.rmtree(tmp_path / "cut" / "checkpoints" / "round_00002")
+    Simulation(cfg, run_dir=tmp_path / "cut", resume=True).run()
+    assert (tmp_path / "cut" / "metrics.jsonl").read_text() == (
+        tmp_path / "full" / "metrics.jsonl"
+    ).read_text()
+    assert (tmp_path / "cut" / "global_prior.csv").read_text() == (
+        tmp_path / "full" / "global_prior.csv"
+    ).read_text()
+
+
+# -- configs ---------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("path", sorted(CONFIGS.glob("*.toml")), ids=lambda p: p.name)
+def test_config_files_parse_and_build_their_strategy(path):
+    cfg = load_config(path)
+    assert cfg.data.split == "labeled-unlabeled"
+    build_strategy(cfg.method.name, cfg.method.params)
