@@ -321,11 +321,15 @@ def _seeds(args: argparse.Namespace, base_seed: int) -> list[int]:
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
-    from fedhet.compare import aggregate_rows, run_comparison
+    from fedhet.compare import aggregate_rows, default_threads, run_comparison
     from fedhet.engine.simulation import _jsonable
 
     console = _console(args)
     base = _build_config(args, skip=("method",))
+    if args.jobs < 1:
+        raise SystemExit(f"--jobs {args.jobs}: give a number of worker processes >= 1")
+    if args.jobs > 1 and base.train.threads is None:
+        base.train.threads = default_threads(args.jobs)
     methods = [m.strip() for m in args.methods.split(",") if m.strip()]
     if not methods:
         raise SystemExit("--methods needs at least one method, e.g. --methods fedavg,standalone")
@@ -335,7 +339,17 @@ def cmd_compare(args: argparse.Namespace) -> int:
     default = Path(base.out or "runs") / f"compare-{base.data.dataset}-{base.data.split}-{stamp}"
     out_dir = Path(args.out) if args.out else default
     with RunProgress(console, enabled=not args.quiet) as prog:
-        results = run_comparison(base, methods, seeds, out_dir, method_params, progress=prog.callback)
+        results = run_comparison(
+            base,
+            methods,
+            seeds,
+            out_dir,
+            method_params,
+            progress=prog.callback,
+            jobs=args.jobs,
+            reuse=not args.rerun,
+            notify=console.print,
+        )
     rows = aggregate_rows(results)
     payload = {"rows": rows, "out_dir": str(out_dir), "config": base.to_dict()}
     (out_dir / "compare.json").write_text(json.dumps(_jsonable(payload), indent=2))
@@ -401,6 +415,10 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
     console = _console(args)
     spec = load_spec(args.table)
     overrides = list(args.set)
+    if args.jobs > 1:
+        from fedhet.compare import default_threads
+
+        overrides.append(f"train.threads={default_threads(args.jobs)}")
     if args.rounds is not None:
         overrides.append(f"train.rounds={args.rounds}")
     methods = [m.strip() for m in args.methods.split(",")] if args.methods else None
@@ -418,6 +436,7 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
             methods=methods,
             out_dir=out_dir,
             progress=prog.callback,
+            jobs=args.jobs,
         )
     md = write_results(spec, results, out_dir)
     if args.json:
@@ -486,6 +505,19 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", help="output directory")
     p.add_argument("--title", help="report title")
     p.add_argument("--no-report", action="store_true", help="skip the Markdown report")
+    p.add_argument(
+        "--jobs",
+        type=int,
+        default=1,
+        help="worker processes running (method, seed) cells at once (default 1); each gets "
+        "cores/jobs torch threads unless train.threads is set",
+    )
+    p.add_argument(
+        "--rerun",
+        action="store_true",
+        help="rerun finished runs found in --out (default: reuse them, and resume unfinished ones "
+        "from their last checkpoint)",
+    )
     p.set_defaults(func=cmd_compare)
 
     p = sub.add_parser("report", help="Markdown report with tables and figures from run directories")
@@ -500,6 +532,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seeds", type=int, help="seeds per row (default: the table's)")
     p.add_argument("--rounds", type=int, help="override the rounds of every row (reduced-scale runs)")
     p.add_argument("--rows", help="run only rows whose name contains this text")
+    p.add_argument("--jobs", type=int, default=1, help="worker processes (as in `fedhet compare`)")
     p.add_argument("--methods", help="run only these methods (comma-separated)")
     p.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE")
     p.add_argument("--out", help="output directory")

@@ -1,20 +1,42 @@
-"""Several methods on the same splits and seeds (the engine of `fedhet compare` and `fedhet reproduce`)."""
+"""Several methods on the same splits and seeds (the engine of `fedhet compare` and `fedhet reproduce`).
+
+Every (method, seed) run lands in ``out_dir/<method>-seed<k>``. A comparison is resumable: a run whose
+``summary.json`` exists and whose ``config.toml`` equals the run's configuration is read back instead of
+rerun, and an unfinished run with a checkpoint of the same configuration resumes from it. Runs can be
+spread over worker processes (``jobs``); every run is seeded on its own, so the metrics do not depend on
+the number of workers.
+"""
 
 from __future__ import annotations
 
+import json
+import logging
 import math
+import multiprocessing as mp
+import os
+import queue
+import threading
 from collections.abc import Callable
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from fedhet.algorithms import accepted_params, build_strategy, strategy_class
-from fedhet.config import ExperimentConfig, apply_override
-from fedhet.engine.simulation import Simulation, standalone_accuracies
+from fedhet.config import ExperimentConfig, apply_override, load_config
+from fedhet.engine import checkpoint as ckpt
+from fedhet.engine.simulation import Simulation, standalone_accuracies, standalone_key
+from fedhet.errors import FedhetError
+
+log = logging.getLogger("fedhet.compare")
 
 #: progress(description, total_rounds) -> per-round callback, or None for no progress display
 ProgressFactory = Callable[[str, int], Callable[..., None]] | None
+
+#: the per-round fields a worker process sends back for the progress display
+_PROGRESS_FIELDS = ("accuracy", "fairness_pearson")
 
 
 def method_config(
@@ -36,6 +58,68 @@ def _needs_standalone(cfg: ExperimentConfig) -> bool:
     return cfg.eval.fairness is True or build_strategy(cfg.method.name, cfg.method.params).has_rewards()
 
 
+@dataclass
+class PlannedRun:
+    """One (method, seed) cell of a comparison."""
+
+    method: str
+    seed: int
+    cfg: ExperimentConfig
+    run_dir: Path
+    needs_standalone: bool
+
+    @property
+    def label(self) -> str:
+        return f"{self.method} seed {self.seed}"
+
+    @property
+    def standalone_label(self) -> str:
+        return f"standalone seed {self.seed} (for fairness)"
+
+
+def _same_run(cfg: ExperimentConfig, config_file: Path) -> bool:
+    """Whether ``config_file`` (a run's config.toml) describes the same experiment as ``cfg``."""
+    try:
+        return load_config(config_file).run_fingerprint() == cfg.run_fingerprint()
+    except FedhetError:
+        return False
+
+
+def finished_summary(cfg: ExperimentConfig, run_dir: Path) -> dict[str, Any] | None:
+    """The summary of a finished run of the same experiment as ``cfg`` in ``run_dir``, or None."""
+    summary, config = run_dir / "summary.json", run_dir / "config.toml"
+    if not (summary.is_file() and config.is_file()) or not _same_run(cfg, config):
+        return None
+    try:
+        return json.loads(summary.read_text())
+    except json.JSONDecodeError:
+        log.warning("%s is unreadable: rerunning %s", summary, run_dir.name)
+        return None
+
+
+def resumable(cfg: ExperimentConfig, run_dir: Path) -> bool:
+    """Whether ``run_dir`` holds a checkpoint of an unfinished run of the same experiment as ``cfg``."""
+    config = run_dir / "config.toml"
+    if not config.is_file() or ckpt.latest_checkpoint(run_dir) is None:
+        return False
+    if not _same_run(cfg, config):
+        log.warning("%s holds a run of another configuration: starting it again", run_dir)
+        return False
+    return True
+
+
+def execute_run(
+    run: PlannedRun, standalone: np.ndarray | None, progress: Callable[..., None] | None = None
+) -> dict[str, Any]:
+    """Run one cell, resuming from its checkpoint when it has one of the same configuration."""
+    resume = resumable(run.cfg, run.run_dir)
+    if resume:
+        log.info("resuming %s from its last checkpoint", run.label)
+    return Simulation(
+        run.cfg, run_dir=run.run_dir, progress=progress, standalone=standalone, resume=resume
+    ).run()
+
+
 def run_comparison(
     base: ExperimentConfig,
     methods: list[str],
@@ -43,32 +127,146 @@ def run_comparison(
     out_dir: Path,
     method_params: dict[str, dict[str, Any]] | None = None,
     progress: ProgressFactory = None,
+    jobs: int = 1,
+    reuse: bool = True,
+    notify: Callable[[str], None] | None = None,
 ) -> dict[str, list[dict[str, Any]]]:
     """Run every method for every seed into ``out_dir/<method>-seed<k>``; summaries per method.
 
     The standalone accuracies used for fairness are computed (or read from the cache) once per seed and
-    shared by all methods of that seed.
+    shared by all methods of that seed. With ``reuse``, finished runs of the same configuration are read
+    back instead of rerun. ``jobs > 1`` runs cells in that many worker processes. ``notify`` receives
+    one-line messages for the user (runs reused).
     """
     for m in methods:
         strategy_class(m)  # fail early on unknown names
+    if jobs < 1:
+        raise ValueError(f"jobs={jobs} must be >= 1")
     method_params = method_params or {}
     out_dir.mkdir(parents=True, exist_ok=True)
-    results: dict[str, list[dict[str, Any]]] = {m: [] for m in methods}
+    plan = []
     for seed in seeds:
-        standalone = None
         for m in methods:
             cfg = method_config(base, m, seed, method_params.get(m))
-            if standalone is None and _needs_standalone(cfg):
-                cb = (
-                    progress(f"standalone seed {seed} (for fairness)", cfg.train.rounds) if progress else None
-                )
-                standalone = standalone_accuracies(cfg, progress=cb)
-            cb = progress(f"{m} seed {seed}", cfg.train.rounds) if progress else None
-            summary = Simulation(
-                cfg, run_dir=out_dir / f"{m}-seed{seed}", progress=cb, standalone=standalone
-            ).run()
-            results[m].append(summary)
-    return results
+            plan.append(PlannedRun(m, seed, cfg, out_dir / f"{m}-seed{seed}", _needs_standalone(cfg)))
+    done: dict[tuple[str, int], dict[str, Any]] = {}
+    if reuse:
+        for run in plan:
+            summary = finished_summary(run.cfg, run.run_dir)
+            if summary is not None:
+                log.info("reusing the finished run %s", run.run_dir)
+                done[(run.method, run.seed)] = summary
+    todo = [r for r in plan if (r.method, r.seed) not in done]
+    if done and notify:
+        names = ", ".join(f"{m} seed {s}" for m, s in done)
+        notify(f"reusing {len(done)} finished run(s) in {out_dir} ({names}); pass --rerun to run them again")
+    if todo and jobs == 1:
+        _run_sequential(todo, done, progress)
+    elif todo:
+        _run_parallel(todo, done, progress, jobs)
+    return {m: [done[(m, s)] for s in seeds] for m in methods}
+
+
+def _standalone_runs(todo: list[PlannedRun]) -> dict[str, PlannedRun]:
+    """One representative run per distinct standalone cache key among the runs that need one."""
+    keys: dict[str, PlannedRun] = {}
+    for run in todo:
+        if run.needs_standalone:
+            keys.setdefault(standalone_key(run.cfg), run)
+    return keys
+
+
+def _run_sequential(
+    todo: list[PlannedRun], done: dict[tuple[str, int], dict[str, Any]], progress: ProgressFactory
+) -> None:
+    standalone: dict[str, np.ndarray] = {}
+    for run in todo:
+        sa = None
+        if run.needs_standalone:
+            key = standalone_key(run.cfg)
+            if key not in standalone:
+                cb = progress(run.standalone_label, run.cfg.train.rounds) if progress else None
+                standalone[key] = standalone_accuracies(run.cfg, progress=cb)
+            sa = standalone[key]
+        cb = progress(run.label, run.cfg.train.rounds) if progress else None
+        done[(run.method, run.seed)] = execute_run(run, sa, cb)
+
+
+# -- worker processes ---------------------------------------------------------------------------------------
+def _worker_progress(events, key: str) -> Callable[..., None] | None:
+    if events is None:
+        return None
+
+    def send(rnd: int, total: int, line: dict[str, Any]) -> None:
+        events.put((key, rnd, total, {k: line[k] for k in _PROGRESS_FIELDS if k in line}))
+
+    return send
+
+
+def _worker_standalone(cfg: ExperimentConfig, key: str, events) -> str:
+    standalone_accuracies(cfg, progress=_worker_progress(events, key))
+    return key
+
+
+def _worker_run(run: PlannedRun, events, key: str) -> dict[str, Any]:
+    sa = standalone_accuracies(run.cfg) if run.needs_standalone else None  # cached by the first phase
+    return execute_run(run, sa, _worker_progress(events, key))
+
+
+def _run_parallel(
+    todo: list[PlannedRun],
+    done: dict[tuple[str, int], dict[str, Any]],
+    progress: ProgressFactory,
+    jobs: int,
+) -> None:
+    ctx = mp.get_context("spawn")  # torch and fork do not mix; spawn starts clean interpreters
+    callbacks: dict[str, Callable[..., None]] = {}
+    manager = ctx.Manager() if progress else None
+    events = manager.Queue() if manager else None
+    stop = threading.Event()
+
+    def pump() -> None:
+        while not stop.is_set() or (events is not None and not events.empty()):
+            try:
+                key, rnd, total, line = events.get(timeout=0.2)
+            except queue.Empty:
+                continue
+            if key in callbacks:
+                callbacks[key](rnd, total, line)
+
+    listener = threading.Thread(target=pump, daemon=True) if events is not None else None
+    if listener:
+        listener.start()
+    try:
+        with ProcessPoolExecutor(max_workers=jobs, mp_context=ctx) as pool:
+            # Phase 1: the standalone accuracies each needed seed shares (computed once, into the cache).
+            futures = {}
+            for key, run in _standalone_runs(todo).items():
+                if progress:
+                    callbacks[run.standalone_label] = progress(run.standalone_label, run.cfg.train.rounds)
+                futures[pool.submit(_worker_standalone, run.cfg, run.standalone_label, events)] = key
+            for fut in as_completed(futures):
+                fut.result()
+            # Phase 2: every cell.
+            futures = {}
+            for run in todo:
+                if progress:
+                    callbacks[run.label] = progress(run.label, run.cfg.train.rounds)
+                futures[pool.submit(_worker_run, run, events, run.label)] = run
+            for fut in as_completed(futures):
+                run = futures[fut]
+                done[(run.method, run.seed)] = fut.result()
+    finally:
+        stop.set()
+        if listener:
+            listener.join(timeout=5)
+        if manager:
+            manager.shutdown()
+
+
+def default_threads(jobs: int) -> int:
+    """Torch threads per worker when ``jobs`` workers share this machine's cores."""
+    return max(1, (os.cpu_count() or 1) // jobs)
 
 
 def aggregate_rows(results: dict[str, list[dict[str, Any]]]) -> list[dict[str, Any]]:

@@ -123,6 +123,15 @@ class ExperimentConfig:
         blob = json.dumps(chosen, sort_keys=True, default=str)
         return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
+    def run_fingerprint(self) -> str:
+        """What makes two runs the same experiment: every key but the thread count and the output names.
+
+        Checkpoints are resumed and finished runs reused only under an equal run fingerprint.
+        """
+        return self.fingerprint(
+            "data", "model", "train", "method", "eval", "seed", exclude=("train.threads",)
+        )
+
 
 SECTIONS: dict[str, type] = {
     "data": DataConfig,

@@ -173,8 +173,12 @@ def run_spec(
     methods: list[str] | None = None,
     out_dir: Path,
     progress=None,
+    jobs: int = 1,
 ) -> list[dict[str, Any]]:
-    """Run the selected rows; one result dict per row with our mean/std and the paper's value per method."""
+    """Run the selected rows; one result dict per row with our mean/std and the paper's value per method.
+
+    Runs already finished in ``out_dir`` are reused (see :func:`fedhet.compare.run_comparison`).
+    """
     from fedhet.compare import aggregate_rows, run_comparison
 
     n_seeds = seeds or spec.seeds
@@ -204,7 +208,7 @@ def run_spec(
             slug = re.sub(r"[^A-Za-z0-9.]+", "-", row.name).strip("-").lower()
             while any(d[1] == out_dir / slug for d in done.values()):
                 slug += "-b"
-            summaries = run_comparison(base, wanted, seed_list, out_dir / slug, progress=progress)
+            summaries = run_comparison(base, wanted, seed_list, out_dir / slug, progress=progress, jobs=jobs)
             done[key] = ({r["method"]: r for r in aggregate_rows(summaries)}, out_dir / slug)
         agg, run_dir = done[key]
         entry.update(

@@ -439,18 +439,19 @@ class Simulation:
             "strategy": self.strategy.state_dict(),
             "clients": clients,
             "strategy_rng": self.srv_ctx.rng.bit_generator.state,
-            "config_hash": self.cfg.fingerprint(),
+            "config_hash": self.cfg.run_fingerprint(),
         }
         ckpt.save_checkpoint(ckpt.checkpoint_dir(self.run_dir, rnd), state)
         ckpt.prune_checkpoints(self.run_dir, keep=2)
 
-    def restore(self) -> None:
+    def restore(self) -> bool:
+        """Load the run directory's latest checkpoint; False when there is none."""
         path = ckpt.latest_checkpoint(self.run_dir)
         if path is None:
             log.info("no checkpoint in %s: starting from round 1", self.run_dir)
-            return
+            return False
         state = ckpt.load_checkpoint(path)
-        if state.get("config_hash") != self.cfg.fingerprint():
+        if state.get("config_hash") != self.cfg.run_fingerprint():
             raise ConfigError(
                 f"the checkpoint in {path} was written by a different configuration; "
                 "resume with the run's own config.toml or start a new run directory"
@@ -466,7 +467,13 @@ class Simulation:
             kept = [json.loads(s) for s in mfile.read_text().splitlines() if s.strip()]
             self.history = [h for h in kept if h["round"] <= state["round"]]
             mfile.write_text("".join(json.dumps(h) + "\n" for h in self.history))
+        tfile = self.run_dir / "timings.jsonl"
+        if tfile.is_file():
+            kept = [json.loads(s) for s in tfile.read_text().splitlines() if s.strip()]
+            self.timings = [t for t in kept if t["round"] <= state["round"]]
+            tfile.write_text("".join(json.dumps(t) + "\n" for t in self.timings))
         log.info("resumed %s from round %d", self.run_dir, state["round"])
+        return True
 
     # -- the loop ---------------------------------------------------------------------------------------
     def run(self) -> dict[str, Any]:
@@ -476,11 +483,11 @@ class Simulation:
         cfg = self.cfg
         if self.run_dir is not None:
             self.run_dir.mkdir(parents=True, exist_ok=True)
-            if self.resume:
-                self.restore()
-            else:
+            if not (self.resume and self.restore()):
                 (self.run_dir / "metrics.jsonl").write_text("")
                 (self.run_dir / "timings.jsonl").write_text("")
+            # A run counts as finished only once its summary is written.
+            (self.run_dir / "summary.json").unlink(missing_ok=True)
             (self.run_dir / "config.toml").write_text(to_toml(cfg))
             self._write_partition()
         for rnd in range(self.start_round, cfg.train.rounds + 1):

@@ -1,0 +1,108 @@
+"""`fedhet compare` as a resumable job: finished runs are reused, unfinished ones resume, workers agree."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from fedhet.compare import run_comparison
+from fedhet.config import ExperimentConfig, apply_override
+from fedhet.engine import checkpoint as ckpt
+
+torch.set_num_threads(1)
+
+
+@pytest.fixture(autouse=True)
+def _tmp_cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("FEDHET_CACHE", str(tmp_path / "cache"))
+
+
+def _base(rounds: int = 3) -> ExperimentConfig:
+    cfg = ExperimentConfig()
+    for key, value in {
+        "data.dataset": "fashion-mnist",
+        "data.split": "pure-label-skew",
+        "data.clients": 3,
+        "data.max_train_samples": 1500,
+        "data.max_test_samples": 500,
+        "model.name": "mlp",
+        "train.rounds": rounds,
+        "train.local_steps": 3,
+        "train.threads": 1,
+        "eval.checkpoint_every": 1,
+    }.items():
+        apply_override(cfg, key, value)
+    return cfg
+
+
+def _metrics(run_dir) -> list[dict]:
+    return [json.loads(s) for s in (run_dir / "metrics.jsonl").read_text().splitlines() if s.strip()]
+
+
+def test_finished_runs_are_reused_and_a_changed_config_reruns(tmp_path):
+    out = tmp_path / "cmp"
+    first = run_comparison(_base(), ["fedavg"], [0], out)
+    stamp = (out / "fedavg-seed0" / "summary.json").stat().st_mtime_ns
+    again = run_comparison(_base(), ["fedavg"], [0], out)
+    assert (out / "fedavg-seed0" / "summary.json").stat().st_mtime_ns == stamp  # not rerun
+    assert again["fedavg"][0]["final"]["accuracy"] == pytest.approx(first["fedavg"][0]["final"]["accuracy"])
+    changed = _base()
+    apply_override(changed, "train.lr", 0.02)
+    run_comparison(changed, ["fedavg"], [0], out)
+    assert (out / "fedavg-seed0" / "summary.json").stat().st_mtime_ns != stamp  # other lr: rerun
+    assert "lr = 0.02" in (out / "fedavg-seed0" / "config.toml").read_text()
+
+
+def test_rerun_flag_ignores_finished_runs(tmp_path):
+    out = tmp_path / "cmp"
+    run_comparison(_base(), ["fedavg"], [0], out)
+    stamp = (out / "fedavg-seed0" / "summary.json").stat().st_mtime_ns
+    run_comparison(_base(), ["fedavg"], [0], out, reuse=False)
+    assert (out / "fedavg-seed0" / "summary.json").stat().st_mtime_ns != stamp
+
+
+def test_an_interrupted_comparison_resumes_from_the_checkpoint(tmp_path):
+    full = tmp_path / "full"
+    run_comparison(_base(), ["fedavg"], [0], full)
+    cut = tmp_path / "cut"
+    run_comparison(_base(), ["fedavg"], [0], cut)
+    run_dir = cut / "fedavg-seed0"
+    # Simulate a kill after round 2: drop the last checkpoint, the summary and the last metrics line.
+    (run_dir / "summary.json").unlink()
+    for path in ckpt_dirs(run_dir):
+        if path.name.endswith("00003"):
+            for f in path.iterdir():
+                f.unlink()
+            path.rmdir()
+    kept = _metrics(run_dir)[:2]
+    kept[0]["written_before_the_kill"] = True  # survives only if rounds 1-2 are not run again
+    (run_dir / "metrics.jsonl").write_text("".join(json.dumps(h) + "\n" for h in kept))
+    assert ckpt.latest_checkpoint(run_dir).name.endswith("00002")
+    run_comparison(_base(), ["fedavg"], [0], cut)
+    resumed = _metrics(run_dir)
+    assert resumed[0].pop("written_before_the_kill") is True
+    assert resumed == _metrics(full / "fedavg-seed0")
+
+
+def ckpt_dirs(run_dir):
+    return sorted((run_dir / "checkpoints").iterdir())
+
+
+def test_two_worker_processes_give_the_same_metrics_as_one(tmp_path):
+    base = _base(rounds=2)
+    apply_override(base, "eval.fairness", True)
+    seq = run_comparison(base, ["fedavg", "cgsv"], [0, 1], tmp_path / "seq")
+    seen: list[str] = []
+
+    def progress(label, total):
+        seen.append(label)
+        return lambda rnd, total_rounds, line: None
+
+    par = run_comparison(base, ["fedavg", "cgsv"], [0, 1], tmp_path / "par", jobs=2, progress=progress)
+    for m in ("fedavg", "cgsv"):
+        for s in (0, 1):
+            assert _metrics(tmp_path / "par" / f"{m}-seed{s}") == _metrics(tmp_path / "seq" / f"{m}-seed{s}")
+        assert [r["final"]["accuracy"] for r in par[m]] == [r["final"]["accuracy"] for r in seq[m]]
+    assert "cgsv seed 1" in seen
