@@ -34,8 +34,8 @@ test: setup
 	$(PY) -m pytest -q tests
 
 demo: setup
-	$(VENV)/bin/fedhet compare --methods fedavg,standalone --dataset fashion-mnist --split pure-label-skew \
-	  --clients 10 --model mlp --rounds 15 --seeds 2 --set train.threads=2 --out runs/demo --title "fedhet demo"
+	$(VENV)/bin/fedhet compare configs/celm/fmnist-maverick.toml --methods fedavg,celm --rounds 30 \
+	  --seeds 2 --jobs 2 --out runs/demo --title "fedhet demo: FedAvg vs CELM on the Fashion-MNIST maverick split"
 
 bench: setup
 	$(PY) benchmarks/engine_overhead.py

@@ -138,3 +138,22 @@ def test_bad_config_value_is_a_clear_error(capsys):
     assert "train.lr" in capsys.readouterr().err
     rc = main(["run", "--method", "nosuch", "--quiet"])
     assert rc == 2 and "fedavg" in capsys.readouterr().err
+
+
+def test_contribution_table_marks_roles_beside_sample_shares():
+    from rich.console import Console
+
+    from fedhet.cli import print_contributions
+
+    summary = {
+        "contributions": [0.5, 0.3, 0.2],
+        "client_sizes": [100, 100, 200],
+        "partition_info": {"maverick_clients": [0]},
+    }
+    console = Console(record=True, width=120)
+    print_contributions(console, {"celm": [summary, {**summary, "contributions": [0.3, 0.3, 0.4]}]})
+    text = console.export_text()
+    row0 = next(line for line in text.splitlines() if "maverick" in line)
+    assert "0.250" in row0 and "0.400" in row0  # n_0/n = 100/400, mean of 0.5 and 0.3
+    print_contributions(console, {"fedavg": [{"contributions": None}]})  # nothing to show: no table
+    assert console.export_text() == ""

@@ -367,8 +367,45 @@ def cmd_compare(args: argparse.Namespace) -> int:
             title=f"{base.data.dataset} · {base.data.split} · "
             f"{base.data.clients} clients · {base.train.rounds} rounds · seeds {seeds}",
         )
+        print_contributions(console, results)
         console.print(f"runs and report: {out_dir}" + (f"  ({report_path})" if report_path else ""))
     return 0
+
+
+def print_contributions(console, results: dict[str, list[dict[str, Any]]]) -> None:
+    """Final contribution weights per client (mean over seeds) of every method that estimates them,
+    beside FedAvg's sample-count weights; clients with a role in the split (maverick, free rider) are marked.
+    """
+    from rich.table import Table
+
+    rows = {
+        m: [s["contributions"] for s in summaries if s.get("contributions")]
+        for m, summaries in results.items()
+    }
+    rows = {m: c for m, c in rows.items() if c}
+    if not rows:
+        return
+    n = max(len(c[0]) for c in rows.values())
+    info = next(iter(results.values()))[0].get("partition_info") or {}
+    roles = {int(i): "maverick" for i in info.get("maverick_clients") or []}
+    if info.get("free_rider") is not None:
+        roles[int(info["free_rider"])] = "free rider"
+    means = {m: [sum(c[i] for c in cs) / len(cs) for i in range(n)] for m, cs in rows.items()}
+    sizes = next(iter(results.values()))[0].get("client_sizes") or []
+    table = Table(
+        title="final contribution weights",
+        caption=f"mean over seeds; 1/N = {1 / n:.3f}; n_i/n = FedAvg's sample-count weight",
+    )
+    table.add_column("client", justify="right")
+    table.add_column("role")
+    if len(sizes) == n:
+        table.add_column("n_i/n", justify="right")
+    for m in means:
+        table.add_column(m, justify="right")
+    for i in range(n):
+        share = [f"{sizes[i] / sum(sizes):.3f}"] if len(sizes) == n else []
+        table.add_row(str(i), roles.get(i, ""), *share, *(f"{means[m][i]:.3f}" for m in means))
+    console.print(table)
 
 
 def print_compare_table(console, rows: list[dict[str, Any]], title: str = "") -> None:
@@ -450,12 +487,11 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
 
 
 def cmd_methods(args: argparse.Namespace) -> int:
-    from fedhet.algorithms import accepted_params, method_names, strategy_class
+    from fedhet.algorithms import accepted_params, describe, method_names, strategy_class
 
     for name in method_names():
-        cls = strategy_class(name)
-        doc = (cls.__doc__ or "").strip().splitlines()[0] if cls.__doc__ else ""
-        print(f"{name}: {doc}\n    params: {', '.join(accepted_params(cls)) or '-'}")
+        params = ", ".join(accepted_params(strategy_class(name))) or "-"
+        print(f"{name}: {describe(name)}\n    params: {params}")
     return 0
 
 

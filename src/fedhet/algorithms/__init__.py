@@ -40,6 +40,20 @@ ALGORITHMS: dict[str, str] = {
 }
 
 
+#: one-line descriptions of names registered on a class whose docstring describes another name
+ALIASES: dict[str, str] = {
+    "fedavg-labeled": "FedAvg on the labeled samples only (the FSSL lower bound, baselines.md §3.1).",
+}
+
+
+def describe(name: str) -> str:
+    """One line about method ``name``: its alias line, else its strategy's docstring's first line."""
+    if name in ALIASES:
+        return ALIASES[name]
+    doc = (strategy_class(name).__doc__ or "").strip()
+    return doc.splitlines()[0] if doc else ""
+
+
 def _module_exists(name: str) -> bool:
     return importlib.util.find_spec(ALGORITHMS[name].partition(":")[0]) is not None
 
