@@ -1,8 +1,9 @@
 """Several methods on the same splits and seeds (the engine of `fedhet compare` and `fedhet reproduce`).
 
 Every (method, seed) run lands in ``out_dir/<method>-seed<k>``. A comparison is resumable: a run whose
-``summary.json`` exists and whose ``config.toml`` equals the run's configuration is read back instead of
-rerun, and an unfinished run with a checkpoint of the same configuration resumes from it. Runs can be
+``summary.json`` exists and whose ``config.toml`` describes the same experiment (every key but the thread
+count, :meth:`ExperimentConfig.run_fingerprint`) is read back instead of rerun, and an unfinished run with a
+checkpoint of the same experiment resumes from it. Runs can be
 spread over worker processes (``jobs``); every run is seeded on its own, so the metrics do not depend on
 the number of workers.
 """
@@ -67,6 +68,8 @@ class PlannedRun:
     cfg: ExperimentConfig
     run_dir: Path
     needs_standalone: bool
+    #: resume from a checkpoint of the same experiment when the run directory holds one
+    may_resume: bool = True
 
     @property
     def label(self) -> str:
@@ -112,7 +115,7 @@ def execute_run(
     run: PlannedRun, standalone: np.ndarray | None, progress: Callable[..., None] | None = None
 ) -> dict[str, Any]:
     """Run one cell, resuming from its checkpoint when it has one of the same configuration."""
-    resume = resumable(run.cfg, run.run_dir)
+    resume = run.may_resume and resumable(run.cfg, run.run_dir)
     if resume:
         log.info("resuming %s from its last checkpoint", run.label)
     return Simulation(
@@ -134,9 +137,9 @@ def run_comparison(
     """Run every method for every seed into ``out_dir/<method>-seed<k>``; summaries per method.
 
     The standalone accuracies used for fairness are computed (or read from the cache) once per seed and
-    shared by all methods of that seed. With ``reuse``, finished runs of the same configuration are read
-    back instead of rerun. ``jobs > 1`` runs cells in that many worker processes. ``notify`` receives
-    one-line messages for the user (runs reused).
+    shared by all methods of that seed. With ``reuse``, finished runs of the same experiment are read
+    back instead of rerun and unfinished ones resume from their checkpoint. ``jobs > 1`` runs cells in
+    that many worker processes. ``notify`` receives one-line messages for the user (runs reused).
     """
     for m in methods:
         strategy_class(m)  # fail early on unknown names
@@ -148,7 +151,8 @@ def run_comparison(
     for seed in seeds:
         for m in methods:
             cfg = method_config(base, m, seed, method_params.get(m))
-            plan.append(PlannedRun(m, seed, cfg, out_dir / f"{m}-seed{seed}", _needs_standalone(cfg)))
+            run_dir = out_dir / f"{m}-seed{seed}"
+            plan.append(PlannedRun(m, seed, cfg, run_dir, _needs_standalone(cfg), may_resume=reuse))
     done: dict[tuple[str, int], dict[str, Any]] = {}
     if reuse:
         for run in plan:
