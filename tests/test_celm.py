@@ -448,3 +448,18 @@ def test_celm_configs_parse_and_build(path):
     assert cfg.method.name == "celm"
     build_strategy(cfg.method.name, cfg.method.params)
     assert cfg.train.schedule == "cosine" and cfg.train.lr == 0.1 and cfg.train.batch_size == 64
+
+
+def test_probe_adam_ascent_is_torch_adam_maximizing():
+    from fedhet.algorithms.celm import AdamAscent
+
+    gen = torch.Generator().manual_seed(3)
+    reference = torch.randn(4, 7, generator=gen).requires_grad_(True)
+    ours = reference.detach().clone()
+    opt, ascent = torch.optim.Adam([reference], lr=0.05, maximize=True), AdamAscent(ours, 0.05)
+    for _ in range(50):
+        grad = torch.randn(4, 7, generator=gen)
+        reference.grad = grad.clone()
+        opt.step()
+        ascent.step(grad)
+    assert torch.equal(reference.detach(), ours)

@@ -178,6 +178,31 @@ def _ascent_gradient(grad: Tensor, x: Tensor, l2: float) -> Tensor:
     return grad.sub_(x.detach(), alpha=2.0 * l2)
 
 
+class AdamAscent:
+    """Adam ascent on one tensor with ``torch.optim.Adam``'s defaults (β = 0.9/0.999, ε = 1e-8,
+    ``maximize=True``), the same update in place without the optimizer's per-step bookkeeping.
+
+    The probe runs hundreds of tiny steps, where ``torch.optim.Adam.step`` costs about a fifth of the time.
+    """
+
+    def __init__(self, x: Tensor, lr: float, betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8):
+        self.x, self.lr, self.betas, self.eps = x, lr, betas, eps
+        self.exp_avg = torch.zeros_like(x)
+        self.exp_avg_sq = torch.zeros_like(x)
+        self.denom = torch.empty_like(x)
+        self.t = 0
+
+    @torch.no_grad()
+    def step(self, grad: Tensor) -> None:
+        """x ← x + lr/(1−β₁ᵗ) · m / (√v/√(1−β₂ᵗ) + ε), with m, v the moment EMAs of ``grad``."""
+        b1, b2 = self.betas
+        self.t += 1
+        self.exp_avg.lerp_(grad, 1 - b1)
+        self.exp_avg_sq.mul_(b2).addcmul_(grad, grad, value=1 - b2)
+        torch.sqrt(self.exp_avg_sq, out=self.denom).div_(math.sqrt(1 - b2**self.t)).add_(self.eps)
+        self.x.addcdiv_(self.exp_avg, self.denom, value=self.lr / (1 - b1**self.t))
+
+
 def maximize_logits_batched(
     template: nn.Module,
     states: Sequence[Mapping[str, Tensor]],
@@ -196,12 +221,11 @@ def maximize_logits_batched(
     num_classes = noise.shape[1]
     cls = torch.arange(num_classes, device=device)
     x = noise.to(device).clone().requires_grad_(True)
-    opt = torch.optim.Adam([x], lr=lr, maximize=True)
+    opt = AdamAscent(x, lr)
     for _ in range(steps):
         logits = forward(stacked, x)  # (M, K inputs, K classes)
         (grad,) = torch.autograd.grad(logits[:, cls, cls].sum(), x)
-        x.grad = _ascent_gradient(grad, x, l2)
-        opt.step()
+        opt.step(_ascent_gradient(grad, x, l2))
     with torch.no_grad():
         return forward(stacked, x)[:, cls, cls].detach()
 
