@@ -130,14 +130,23 @@ def test_missing_clients_keep_their_weight_and_c_stays_on_the_simplex():
 # --------------------------------------------------------------------------------------------------------
 # Probes
 # --------------------------------------------------------------------------------------------------------
-@pytest.mark.parametrize(("name", "shape", "steps"), [("mlp", (1, 28, 28), 30), ("cnn", (3, 32, 32), 8)])
-def test_batched_probe_equals_the_per_class_loop(name, shape, steps):
+@pytest.mark.parametrize(
+    ("name", "shape", "steps", "impl"),
+    [
+        ("mlp", (1, 28, 28), 30, "batched"),  # the MLP's closed-form input gradients
+        ("mlp", (1, 28, 28), 30, "vmap"),
+        ("cnn", (3, 32, 32), 8, "batched"),  # vmap
+    ],
+)
+def test_batched_probe_equals_the_per_class_loop(name, shape, steps, impl):
     torch.manual_seed(3)
     models = [build_model(name, shape, 10) for _ in range(3)]
     states = [m.state_dict() for m in models]
     before = [clone_weights(s) for s in states]
     kw = dict(steps=steps, lr=0.05, l2=1e-3, init_scale=1.0)
-    batched = maximize_class_logits(models[0], states, shape, 10, generator=probe_generator(0, 1), **kw)
+    batched = maximize_class_logits(
+        models[0], states, shape, 10, generator=probe_generator(0, 1), impl=impl, **kw
+    )
     loop = maximize_class_logits(
         models[0], states, shape, 10, generator=probe_generator(0, 1), impl="loop", **kw
     )

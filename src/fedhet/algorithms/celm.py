@@ -43,10 +43,13 @@ from torch.func import functional_call, vmap
 from fedhet.algorithms.fedrs import RestrictedSoftmaxMixin
 from fedhet.engine.protocol import Instruction, Reply, ServerContext, Strategy, weighted_average
 from fedhet.errors import ConfigError
+from fedhet.models.mlp import MLP
 
 log = logging.getLogger("fedhet")
 
-PROBE_IMPLS = ("batched", "loop")
+#: "batched": the fastest batched path for the model (closed-form input gradients for fedhet's MLP, vmap
+#: otherwise); "vmap": the generic vmap path for any model; "loop": the per-(model, class) reference.
+PROBE_IMPLS = ("batched", "vmap", "loop")
 INITIAL_CONTRIBUTIONS = ("uniform", "first")
 PROBE_BACKBONES = ("client", "global")
 #: Stream id of the probe noise, apart from the engine's seed purposes (fedhet.engine.simulation.PURPOSE).
@@ -230,6 +233,55 @@ def maximize_logits_batched(
         return forward(stacked, x)[:, cls, cls].detach()
 
 
+def stacked_mlp_layers(
+    template: nn.Module, states: Sequence[Mapping[str, Tensor]]
+) -> list[tuple[Tensor, Tensor]] | None:
+    """(weights (M, out, in), biases (M, out)) of every Linear layer of fedhet's ``MLP``, hidden layers
+    first and the head last, stacked over ``states``; None for any other model."""
+    if type(template) is not MLP:
+        return None
+    names = [f"hidden.{i}" for i in range(len(template.hidden))] + ["head"]
+    device = next(iter(states[0].values())).device
+    return [
+        tuple(
+            torch.stack([s[f"{name}.{part}"].detach().to(device) for s in states])
+            for part in ("weight", "bias")
+        )
+        for name in names
+    ]
+
+
+def maximize_logits_mlp(
+    layers: list[tuple[Tensor, Tensor]], noise: Tensor, *, steps: int, lr: float, l2: float
+) -> Tensor:
+    """:func:`maximize_logits_batched` for the MLP without autograd: the input gradient in closed form,
+    ∇_x s_c = W_1ᵀ D_1 W_2ᵀ D_2 ⋯ W_Lᵀ D_L w_c (D_l the ReLU derivatives, 1 where z_l > 0, as autograd's),
+    so a step costs two batched products per layer and nothing else. Same start points and Adam."""
+    *hidden, (head_w, head_b) = layers
+    num_models, num_classes = noise.shape[:2]
+    x = noise.reshape(num_models, num_classes, -1).to(head_w.device).clone()
+    opt = AdamAscent(x, lr)
+
+    def hidden_forward(h: Tensor) -> tuple[Tensor, list[Tensor]]:
+        active = []
+        for w, b in hidden:
+            z = torch.baddbmm(b.unsqueeze(1), h, w.transpose(1, 2))
+            active.append(z > 0)
+            h = z.clamp_min_(0.0)
+        return h, active
+
+    for _ in range(steps):
+        _, active = hidden_forward(x)
+        grad = head_w  # (M, K, H): the probe of class c starts from the head's row w_c
+        for (w, _), on in zip(reversed(hidden), reversed(active), strict=True):
+            grad = torch.bmm(grad * on, w)
+        opt.step(_ascent_gradient(grad, x, l2))
+    h, _ = hidden_forward(x)
+    logits = torch.baddbmm(head_b.unsqueeze(1), h, head_w.transpose(1, 2))  # (M, K probes, K classes)
+    cls = torch.arange(num_classes, device=logits.device)
+    return logits[:, cls, cls]
+
+
 def maximize_logits_loop(
     template: nn.Module,
     states: Sequence[Mapping[str, Tensor]],
@@ -282,8 +334,12 @@ def maximize_class_logits(
         return torch.empty(0, num_classes)
     gen = generator if generator is not None else torch.Generator().manual_seed(0)
     noise = probe_noise(len(states), num_classes, input_shape, init_scale, gen)
-    fn = maximize_logits_batched if impl == "batched" else maximize_logits_loop
-    return fn(template, states, noise, steps=steps, lr=lr, l2=l2)
+    if impl == "loop":
+        return maximize_logits_loop(template, states, noise, steps=steps, lr=lr, l2=l2)
+    layers = stacked_mlp_layers(template, states) if impl == "batched" else None
+    if layers is not None:
+        return maximize_logits_mlp(layers, noise, steps=steps, lr=lr, l2=l2)
+    return maximize_logits_batched(template, states, noise, steps=steps, lr=lr, l2=l2)
 
 
 # --------------------------------------------------------------------------------------------------------
