@@ -93,16 +93,40 @@ def ckpt_dirs(run_dir):
 def test_two_worker_processes_give_the_same_metrics_as_one(tmp_path):
     base = _base(rounds=2)
     apply_override(base, "eval.fairness", True)
-    seq = run_comparison(base, ["fedavg", "cgsv"], [0, 1], tmp_path / "seq")
+    methods = ["fedavg", "cgsv", "standalone"]
+    seq = run_comparison(base, methods, [0, 1], tmp_path / "seq")
     seen: list[str] = []
 
     def progress(label, total):
         seen.append(label)
         return lambda rnd, total_rounds, line: None
 
-    par = run_comparison(base, ["fedavg", "cgsv"], [0, 1], tmp_path / "par", jobs=2, progress=progress)
-    for m in ("fedavg", "cgsv"):
+    par = run_comparison(base, methods, [0, 1], tmp_path / "par", jobs=2, progress=progress)
+    for m in methods:
         for s in (0, 1):
             assert _metrics(tmp_path / "par" / f"{m}-seed{s}") == _metrics(tmp_path / "seq" / f"{m}-seed{s}")
         assert [r["final"]["accuracy"] for r in par[m]] == [r["final"]["accuracy"] for r in seq[m]]
     assert "cgsv seed 1" in seen
+
+
+def test_a_standalone_cell_is_the_standalone_run_fairness_needs(tmp_path, monkeypatch):
+    from fedhet.engine.simulation import Simulation, standalone_accuracies
+
+    base = _base(rounds=2)
+    apply_override(base, "eval.fairness", True)
+    cell = base.copy()
+    cell.method.name = "standalone"
+    expected = standalone_accuracies(cell, use_cache=False)  # trained apart, evaluated only at the end
+
+    trained: list[str] = []
+    original = Simulation.run
+
+    def counting_run(self):
+        trained.append(self.cfg.method.name)
+        return original(self)
+
+    monkeypatch.setattr(Simulation, "run", counting_run)
+    results = run_comparison(base, ["fedavg", "standalone"], [0], tmp_path / "cmp")
+    assert sorted(trained) == ["fedavg", "standalone"]  # no second standalone training for fairness
+    assert results["standalone"][0]["rewards"] == pytest.approx(expected.tolist(), abs=0)
+    assert results["fedavg"][0]["standalone"] == pytest.approx(expected.tolist(), abs=0)

@@ -28,7 +28,12 @@ import numpy as np
 from fedhet.algorithms import accepted_params, build_strategy, strategy_class
 from fedhet.config import ExperimentConfig, apply_override, load_config
 from fedhet.engine import checkpoint as ckpt
-from fedhet.engine.simulation import Simulation, standalone_accuracies, standalone_key
+from fedhet.engine.simulation import (
+    Simulation,
+    standalone_accuracies,
+    standalone_key,
+    store_standalone_accuracies,
+)
 from fedhet.errors import FedhetError
 
 log = logging.getLogger("fedhet.compare")
@@ -78,6 +83,18 @@ class PlannedRun:
     @property
     def standalone_label(self) -> str:
         return f"standalone seed {self.seed} (for fairness)"
+
+    @property
+    def provides_standalone(self) -> bool:
+        """Whether this cell is itself the standalone run that fairness metrics need (a 'standalone'
+        cell without client dropout, which the standalone cache ignores)."""
+        return self.method == "standalone" and self.cfg.train.client_dropout == 0
+
+
+def remember_standalone(run: PlannedRun, summary: dict[str, Any]) -> None:
+    """Let a finished 'standalone' cell fill the standalone cache, so it is not trained twice."""
+    if run.provides_standalone and summary.get("rewards"):
+        store_standalone_accuracies(run.cfg, summary["rewards"])
 
 
 def _same_run(cfg: ExperimentConfig, config_file: Path) -> bool:
@@ -160,7 +177,11 @@ def run_comparison(
             if summary is not None:
                 log.info("reusing the finished run %s", run.run_dir)
                 done[(run.method, run.seed)] = summary
-    todo = [r for r in plan if (r.method, r.seed) not in done]
+                remember_standalone(run, summary)
+    # 'standalone' cells first: each fills the cache that its seed's fairness metrics read.
+    todo = sorted(
+        (r for r in plan if (r.method, r.seed) not in done), key=lambda r: not r.provides_standalone
+    )
     if done and notify:
         names = ", ".join(f"{m} seed {s}" for m, s in done)
         notify(f"reusing {len(done)} finished run(s) in {out_dir} ({names}); pass --rerun to run them again")
@@ -193,7 +214,8 @@ def _run_sequential(
                 standalone[key] = standalone_accuracies(run.cfg, progress=cb)
             sa = standalone[key]
         cb = progress(run.label, run.cfg.train.rounds) if progress else None
-        done[(run.method, run.seed)] = execute_run(run, sa, cb)
+        done[(run.method, run.seed)] = summary = execute_run(run, sa, cb)
+        remember_standalone(run, summary)
 
 
 # -- worker processes ---------------------------------------------------------------------------------------
@@ -207,9 +229,8 @@ def _worker_progress(events, key: str) -> Callable[..., None] | None:
     return send
 
 
-def _worker_standalone(cfg: ExperimentConfig, key: str, events) -> str:
+def _worker_standalone(cfg: ExperimentConfig, key: str, events) -> None:
     standalone_accuracies(cfg, progress=_worker_progress(events, key))
-    return key
 
 
 def _worker_run(run: PlannedRun, events, key: str) -> dict[str, Any]:
@@ -243,17 +264,32 @@ def _run_parallel(
         listener.start()
     try:
         with ProcessPoolExecutor(max_workers=jobs, mp_context=ctx) as pool:
-            # Phase 1: the standalone accuracies each needed seed shares (computed once, into the cache).
+            # Phase 1: the standalone accuracies each needed seed shares (computed once, into the cache), by
+            # the seed's 'standalone' cell where the comparison has one.
+            cells = {standalone_key(r.cfg): r for r in todo if r.provides_standalone}
             futures = {}
             for key, run in _standalone_runs(todo).items():
+                if key in cells:
+                    cell = cells[key]
+                    if progress:
+                        callbacks[cell.label] = progress(cell.label, cell.cfg.train.rounds)
+                    futures[pool.submit(_worker_run, cell, events, cell.label)] = cell
+                    continue
                 if progress:
                     callbacks[run.standalone_label] = progress(run.standalone_label, run.cfg.train.rounds)
-                futures[pool.submit(_worker_standalone, run.cfg, run.standalone_label, events)] = key
+                futures[pool.submit(_worker_standalone, run.cfg, run.standalone_label, events)] = None
             for fut in as_completed(futures):
-                fut.result()
-            # Phase 2: every cell.
+                cell = futures[fut]
+                if cell is not None:
+                    done[(cell.method, cell.seed)] = summary = fut.result()
+                    remember_standalone(cell, summary)
+                else:
+                    fut.result()
+            # Phase 2: every other cell.
             futures = {}
             for run in todo:
+                if (run.method, run.seed) in done:
+                    continue
                 if progress:
                     callbacks[run.label] = progress(run.label, run.cfg.train.rounds)
                 futures[pool.submit(_worker_run, run, events, run.label)] = run

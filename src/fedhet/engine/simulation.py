@@ -12,7 +12,7 @@ import logging
 import math
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -213,12 +213,25 @@ def standalone_key(cfg: ExperimentConfig) -> str:
     )
 
 
+def _standalone_cache_file(cfg: ExperimentConfig) -> Path:
+    return cache_dir() / "standalone" / f"{standalone_key(cfg)}.json"
+
+
+def store_standalone_accuracies(cfg: ExperimentConfig, accuracies: Sequence[float]) -> None:
+    """Put per-client standalone accuracies for ``cfg``'s (data, model, budget, seed) into the cache."""
+    path = _standalone_cache_file(cfg)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(f".{os.getpid()}.tmp")
+    payload = {"accuracies": [float(a) for a in accuracies], "config": cfg.to_dict()}
+    tmp.write_text(json.dumps(payload, default=str))
+    tmp.replace(path)
+
+
 def standalone_accuracies(
     cfg: ExperimentConfig, *, use_cache: bool = True, progress: Callable[..., None] | None = None
 ) -> np.ndarray:
     """Per-client test accuracy of models trained on each client alone with the run's budget (cached)."""
-    key = standalone_key(cfg)
-    path = cache_dir() / "standalone" / f"{key}.json"
+    path = _standalone_cache_file(cfg)
     if use_cache and path.is_file():
         return np.array(json.loads(path.read_text())["accuracies"], dtype=np.float64)
     sub = cfg.copy()
@@ -228,10 +241,7 @@ def standalone_accuracies(
     summary = Simulation(sub, run_dir=None, progress=progress).run()
     acc = np.array(summary["rewards"], dtype=np.float64)
     if use_cache:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(".tmp")
-        tmp.write_text(json.dumps({"accuracies": acc.tolist(), "config": cfg.to_dict()}, default=str))
-        tmp.replace(path)
+        store_standalone_accuracies(cfg, acc)
     return acc
 
 
@@ -310,8 +320,9 @@ class Simulation:
         self.rare_classes = list(self.fed.info.get("rare_classes", [])) or None
         self.standalone: np.ndarray | None = self._standalone
         fairness = cfg.eval.fairness
-        wants_fairness = fairness is True or (
-            fairness == "auto" and self.strategy.has_rewards() and cfg.method.name != "standalone"
+        # Standalone's rewards are the standalone accuracies: its fairness against itself means nothing.
+        wants_fairness = cfg.method.name != "standalone" and (
+            fairness is True or (fairness == "auto" and self.strategy.has_rewards())
         )
         if wants_fairness and self.standalone is None:
             self.standalone = standalone_accuracies(cfg)
