@@ -155,5 +155,6 @@ def test_contribution_table_marks_roles_beside_sample_shares():
     text = console.export_text()
     row0 = next(line for line in text.splitlines() if "maverick" in line)
     assert "0.250" in row0 and "0.400" in row0  # n_0/n = 100/400, mean of 0.5 and 0.3
+    assert "1/N = 0.333; n_i/n = FedAvg's sample-count weight" in text  # the legend stays on one line
     print_contributions(console, {"fedavg": [{"contributions": None}]})  # nothing to show: no table
     assert console.export_text() == ""

@@ -392,10 +392,7 @@ def print_contributions(console, results: dict[str, list[dict[str, Any]]]) -> No
         roles[int(info["free_rider"])] = "free rider"
     means = {m: [sum(c[i] for c in cs) / len(cs) for i in range(n)] for m, cs in rows.items()}
     sizes = next(iter(results.values()))[0].get("client_sizes") or []
-    table = Table(
-        title="final contribution weights",
-        caption=f"mean over seeds; 1/N = {1 / n:.3f}; n_i/n = FedAvg's sample-count weight",
-    )
+    table = Table(title="final contribution weights")
     table.add_column("client", justify="right")
     table.add_column("role")
     if len(sizes) == n:
@@ -406,6 +403,8 @@ def print_contributions(console, results: dict[str, list[dict[str, Any]]]) -> No
         share = [f"{sizes[i] / sum(sizes):.3f}"] if len(sizes) == n else []
         table.add_row(str(i), roles.get(i, ""), *share, *(f"{means[m][i]:.3f}" for m in means))
     console.print(table)
+    share_note = "; n_i/n = FedAvg's sample-count weight" if len(sizes) == n else ""
+    console.print(f"[dim]mean over seeds; 1/N = {1 / n:.3f}{share_note}[/dim]")
 
 
 def print_compare_table(console, rows: list[dict[str, Any]], title: str = "") -> None:
