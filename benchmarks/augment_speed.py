@@ -15,22 +15,22 @@ import random
 import statistics
 import tarfile
 import time
-from pathlib import Path
 
 import numpy as np
 import torch
 from PIL import Image, ImageEnhance, ImageOps
 
 from fedhet.data.augment import strong_augment, weak_augment
+from fedhet.data.datasets import shared_data_file
 
-CIFAR_TARBALL = Path("/work/shared/data/cifar10-jpg.tar.gz")
+CIFAR_TARBALL = shared_data_file("cifar10-jpg.tar.gz")
 BATCH = 256
 THREADS = 2
 
 
 def load_images(count: int) -> tuple[np.ndarray, str]:
     """`count` CIFAR-10 images as (N, 32, 32, 3) uint8, or random ones when the tarball is absent."""
-    if not CIFAR_TARBALL.exists():
+    if CIFAR_TARBALL is None:
         return np.random.default_rng(0).integers(0, 256, (count, 32, 32, 3), dtype=np.uint8), "random"
     images = []
     with tarfile.open(CIFAR_TARBALL, "r:gz") as tar:

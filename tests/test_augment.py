@@ -26,11 +26,12 @@ from fedhet.data.augment import (
     strong_augment,
     weak_augment,
 )
+from fedhet.data.datasets import shared_data_file
 from fedhet.errors import ConfigError
 
 torch.set_num_threads(1)
 
-CIFAR_TARBALL = Path("/work/shared/data/cifar10-jpg.tar.gz")
+CIFAR_TARBALL = shared_data_file("cifar10-jpg.tar.gz")
 FASHION_IMAGES = Path("/usr/share/datasets/fashion-mnist/t10k-images-idx3-ubyte.gz")
 
 
@@ -54,7 +55,7 @@ def _synthetic_rgb(count: int) -> np.ndarray:
 @pytest.fixture(scope="module")
 def cifar_uint8() -> np.ndarray:
     """16 real CIFAR-10 test images (N, 32, 32, 3) uint8, read straight from the JPEG tarball."""
-    if not CIFAR_TARBALL.exists():
+    if CIFAR_TARBALL is None:
         return _synthetic_rgb(16)
     images = []
     with tarfile.open(CIFAR_TARBALL, "r:gz") as tar:

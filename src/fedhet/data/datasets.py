@@ -73,6 +73,12 @@ SYSTEM_FASHION_MNIST_DIR = Path("/usr/share/datasets/fashion-mnist")
 REPOSITORY_ROOT = Path(__file__).resolve().parents[3]
 SHARED_DATA_DIRS: tuple[Path, ...] = (REPOSITORY_ROOT.parent / "shared" / "data", Path("/work/shared/data"))
 
+
+def shared_data_file(name: str) -> Path | None:
+    """The first ``SHARED_DATA_DIRS / name`` that exists (e.g. ``cifar10-jpg.tar.gz``), or None."""
+    return next((d / name for d in SHARED_DATA_DIRS if (d / name).is_file()), None)
+
+
 DIGITS_SPLIT = "sklearn.model_selection.train_test_split(test_size=0.25, stratify=y, random_state=0)"
 CACHE_FORMAT_VERSION = 1
 _CACHE_KEYS = ("train_x", "train_y", "test_x", "test_y")
