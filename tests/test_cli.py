@@ -158,3 +158,25 @@ def test_contribution_table_marks_roles_beside_sample_shares():
     assert "1/N = 0.333; n_i/n = FedAvg's sample-count weight" in text  # the legend stays on one line
     print_contributions(console, {"fedavg": [{"contributions": None}]})  # nothing to show: no table
     assert console.export_text() == ""
+
+
+def test_tables_written_to_a_pipe_do_not_wrap_at_80_columns(monkeypatch):
+    """Piped output (CI logs, `| tee`) gets PIPED_WIDTH columns, so a compare table keeps one line per
+    method and whole headers; $COLUMNS still wins."""
+    from fedhet.cli import PIPED_WIDTH, TABLE_METRICS, make_console, print_compare_table
+
+    monkeypatch.setenv("COLUMNS", "100")
+    assert make_console().width == 100
+    monkeypatch.delenv("COLUMNS")
+    console = make_console(stderr=True)  # pytest's capture is not a terminal
+    assert console.width == PIPED_WIDTH
+    mean = {k: 0.8047 if k.startswith(("acc", "bal", "rare", "bcf")) else 98.71 for k, _, _ in TABLE_METRICS}
+    std = {k: 0.007 if k.startswith(("acc", "bal", "rare", "bcf")) else 11.4 for k, _, _ in TABLE_METRICS}
+    row = {"method": "fedrac-random-masks", "mean": mean, "std": std, "best_mean": mean, "best_std": std}
+    console.begin_capture()
+    print_compare_table(console, [row])
+    text = console.end_capture()
+    assert "…" not in text and "best fairness" in text
+    assert sum("fedrac-random-masks" in line for line in text.splitlines()) == 1
+    body = [line for line in text.splitlines() if line.startswith("│")]
+    assert [line.count("±") for line in body] == [len(TABLE_METRICS)]  # every metric, no wrapped cells

@@ -6,6 +6,7 @@ import argparse
 import json
 import logging
 import math
+import os
 import sys
 import time
 from pathlib import Path
@@ -67,10 +68,21 @@ def _build_config(args: argparse.Namespace, skip: tuple[str, ...] = ()) -> Any:
     return cfg
 
 
-def _console(args: argparse.Namespace):
+#: Columns for tables written to a pipe or a log file (rich's default there is 80, which wraps them).
+PIPED_WIDTH = 200
+
+
+def make_console(*, stderr: bool = False, quiet: bool = False):
+    """A rich console: rich sizes it on a terminal or with $COLUMNS set; otherwise PIPED_WIDTH wide."""
     from rich.console import Console
 
-    return Console(stderr=True, quiet=getattr(args, "quiet", False))
+    stream = sys.stderr if stderr else sys.stdout
+    width = None if stream.isatty() or "COLUMNS" in os.environ else PIPED_WIDTH
+    return Console(stderr=stderr, quiet=quiet, width=width)
+
+
+def _console(args: argparse.Namespace):
+    return make_console(stderr=True, quiet=getattr(args, "quiet", False))
 
 
 class RunProgress:
@@ -139,9 +151,7 @@ def cmd_datasets(args: argparse.Namespace) -> int:
             "x".join(map(str, r.get("input_shape") or ())),
             str(r.get("location") or r.get("note") or ""),
         )
-    from rich.console import Console
-
-    Console().print(table)
+    make_console().print(table)
     return 0
 
 
@@ -188,7 +198,6 @@ def cmd_partition(args: argparse.Namespace) -> int:
             out["info"] = {k: (v.tolist() if hasattr(v, "tolist") else v) for k, v in part.info.items()}
         print(json.dumps(out))
         return 0
-    from rich.console import Console
     from rich.table import Table
 
     table = Table(title=f"{args.dataset} · {args.split} · {args.clients} clients · seed {args.seed}")
@@ -198,7 +207,7 @@ def cmd_partition(args: argparse.Namespace) -> int:
     table.add_column("total", justify="right", style="bold")
     for i, row in enumerate(counts):
         table.add_row(str(i), *[str(int(v)) if v else "·" for v in row], str(int(part.sizes()[i])))
-    Console().print(table)
+    make_console().print(table)
     if args.plot:
         print(f"heatmap written to {args.plot}")
     return 0
