@@ -69,33 +69,63 @@ def _label(run: dict[str, Any]) -> str:
     return f"{s['method']} (seed {s['seed']})"
 
 
+#: Above this many evaluated rounds, curves are shown as a moving average over MAX_POINTS windows.
+MAX_POINTS = 100
+
+
+def moving_average(values: np.ndarray, window: int) -> np.ndarray:
+    """Trailing mean over ``window`` consecutive entries of the last axis (length shrinks by window − 1)."""
+    if window <= 1:
+        return values
+    c = np.cumsum(np.asarray(values, dtype=float), axis=-1)
+    c = np.concatenate([np.zeros(c.shape[:-1] + (1,)), c], axis=-1)
+    return (c[..., window:] - c[..., :-window]) / window
+
+
+def method_curves(runs: list[dict[str, Any]], key: str) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """Per method: the rounds every one of its runs evaluated ``key`` at, and a (seeds, rounds) array."""
+    by_method: dict[str, list[dict[int, float]]] = {}
+    for r in runs:
+        xs, ys = _series(r, key)
+        if xs:
+            by_method.setdefault(r["summary"]["method"], []).append(dict(zip(xs, ys, strict=True)))
+    out = {}
+    for m, series in by_method.items():
+        rounds = sorted(set.intersection(*(set(s) for s in series)))
+        if rounds:
+            out[m] = (np.array(rounds), np.array([[s[x] for x in rounds] for s in series], dtype=float))
+    return out
+
+
 def plot_metric_curves(
     runs: list[dict[str, Any]], key: str, path: Path, ylabel: str, scale: float = 1.0
 ) -> bool:
-    """One line per run: metric ``key`` over rounds; methods share colours across seeds."""
+    """Metric ``key`` over rounds, one line per method: the mean over its seeds, with the seeds' min–max
+    as a band; more than MAX_POINTS evaluations are smoothed by a moving average (said in the title)."""
+    curves = method_curves(runs, key)
+    if not curves:
+        return False
     plt = _plt()
     fig, ax = plt.subplots(figsize=(6.5, 4))
-    methods = sorted({r["summary"]["method"] for r in runs})
-    colours = {m: plt.cm.tab10(i % 10) for i, m in enumerate(methods)}
-    seen = set()
-    drawn = False
-    for r in runs:
-        xs, ys = _series(r, key)
-        if not xs:
-            continue
-        m = r["summary"]["method"]
-        ax.plot(
-            xs, [scale * y for y in ys], color=colours[m], alpha=0.85, lw=1.5, label=None if m in seen else m
-        )
-        seen.add(m)
-        drawn = True
-    if not drawn:
-        plt.close(fig)
-        return False
+    longest = max(len(xs) for xs, _ in curves.values())
+    window = max(1, longest // MAX_POINTS)
+    for i, (m, (xs, ys)) in enumerate(sorted(curves.items())):
+        colour = plt.cm.tab10(i % 10)
+        w = min(window, len(xs))
+        xs, ys = xs[w - 1 :], moving_average(scale * ys, w)
+        label = m if len(ys) == 1 else f"{m} ({len(ys)} seeds)"
+        ax.plot(xs, ys.mean(axis=0), color=colour, lw=1.5, label=label)
+        if len(ys) > 1:
+            ax.fill_between(xs, ys.min(axis=0), ys.max(axis=0), color=colour, alpha=0.15, lw=0)
+    parts = ["mean over seeds, band: min–max"] if any(len(ys) > 1 for _, ys in curves.values()) else []
+    if window > 1:
+        parts.append(f"moving average of {window} evaluations")
+    if parts:
+        ax.set_title("; ".join(parts), fontsize=9)
     ax.set_xlabel("round")
     ax.set_ylabel(ylabel)
     ax.grid(alpha=0.3)
-    ax.legend()
+    ax.legend(fontsize=8, framealpha=0.8)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
