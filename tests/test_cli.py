@@ -176,7 +176,20 @@ def test_tables_written_to_a_pipe_do_not_wrap_at_80_columns(monkeypatch):
     console.begin_capture()
     print_compare_table(console, [row])
     text = console.end_capture()
-    assert "…" not in text and "best fairness" in text
+    assert "…" not in text and "best fairness" in text and "fairness = 100·Pearson" in text
     assert sum("fedrac-random-masks" in line for line in text.splitlines()) == 1
     body = [line for line in text.splitlines() if line.startswith("│")]
     assert [line.count("±") for line in body] == [len(TABLE_METRICS)]  # every metric, no wrapped cells
+
+
+def test_compare_table_explains_fairness_only_when_it_shows_it():
+    from fedhet.cli import make_console, print_compare_table
+
+    stats = {"accuracy": 0.8, "balanced_accuracy": 0.8}
+    console = make_console(stderr=True)
+    console.begin_capture()
+    print_compare_table(
+        console, [{"method": "fedavg", "mean": stats, "std": stats, "best_mean": {}, "best_std": {}}]
+    )
+    text = console.end_capture()
+    assert "mean ± std over seeds" in text and "Pearson" not in text

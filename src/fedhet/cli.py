@@ -424,9 +424,10 @@ def print_compare_table(console, rows: list[dict[str, Any]], title: str = "") ->
         for k, v, label in TABLE_METRICS
         if any(k in (r["mean"] if v == "final" else r["best_mean"]) for r in rows)
     ]
-    table = Table(
-        title=title, caption="mean ± std over seeds; fairness = 100·Pearson(standalone, reward acc.)"
-    )
+    caption = "mean ± std over seeds"
+    if any(k == "fairness_pearson" for k, _, _ in present):
+        caption += "; fairness = 100·Pearson(standalone, reward acc.)"
+    table = Table(title=title, caption=caption)
     table.add_column("method", no_wrap=True)
     for _, _, label in present:
         table.add_column(label, justify="right")
