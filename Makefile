@@ -34,7 +34,7 @@ test: setup
 	$(PY) -m pytest -q tests
 
 demo: setup
-	$(VENV)/bin/fedhet compare configs/celm/fmnist-maverick.toml --methods fedavg,celm --rounds 30 \
+	$(VENV)/bin/fedhet compare configs/celm/fmnist-maverick.toml --methods fedavg,celm --rounds 30 --set eval.every=2 \
 	  --seeds 2 --jobs 2 --out runs/demo --title "fedhet demo: FedAvg vs CELM on the Fashion-MNIST maverick split"
 
 bench: setup
