@@ -193,3 +193,17 @@ def test_compare_table_explains_fairness_only_when_it_shows_it():
     )
     text = console.end_capture()
     assert "mean ± std over seeds" in text and "Pearson" not in text
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (["--method", "celmx"], "not a known method"),
+        (["--set", "method.params.foo=1"], "no parameter(s) ['foo']"),
+    ],
+)
+def test_run_rejects_a_bad_method_before_any_work(tmp_path, capsys, flags, message):
+    rc = main(["run", "--rounds", "1", "--out", str(tmp_path / "r"), *flags])
+    err = capsys.readouterr().err
+    assert rc == 2 and message in err
+    assert "round 0/1" not in err and not (tmp_path / "r").exists()  # no progress bar, no run directory

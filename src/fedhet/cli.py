@@ -221,6 +221,7 @@ def _default_run_dir(cfg: Any, prefix: str = "") -> Path:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
+    from fedhet.algorithms import build_strategy
     from fedhet.config import load_config
     from fedhet.engine.simulation import Simulation
 
@@ -234,6 +235,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     else:
         cfg = _build_config(args)
         run_dir = Path(args.out) if args.out else _default_run_dir(cfg)
+    build_strategy(cfg.method.name, cfg.method.params)  # a bad method or parameter fails before the bar
     with RunProgress(console, enabled=not args.quiet) as prog:
         cb = prog.callback(f"{cfg.method.name} seed {cfg.seed}", cfg.train.rounds)
         summary = Simulation(cfg, run_dir=run_dir, progress=cb, resume=bool(args.resume)).run()
