@@ -7,7 +7,12 @@ import torch
 from torch import nn
 
 from fedhet.algorithms import build_strategy
-from fedhet.algorithms.fedprox import FedProxFixMatchTrainer, FedProxTrainer, proximal_term
+from fedhet.algorithms.fedprox import (
+    FedProxFixMatchTrainer,
+    FedProxLabeledTrainer,
+    FedProxTrainer,
+    proximal_term,
+)
 from fedhet.config import ExperimentConfig
 from fedhet.engine.protocol import ClientState, TrainContext
 from fedhet.engine.simulation import Simulation
@@ -45,11 +50,18 @@ def tiny_config(method: str, **params) -> ExperimentConfig:
     return cfg
 
 
-@pytest.mark.parametrize("method", ["fedprox", "fedprox-fixmatch"])
+TRAINERS = {
+    "fedprox": FedProxTrainer,
+    "fedprox-labeled": FedProxLabeledTrainer,
+    "fedprox-fixmatch": FedProxFixMatchTrainer,
+}
+
+
+@pytest.mark.parametrize("method", sorted(TRAINERS))
 def test_the_proximal_term_enters_the_local_loss(method):
     sim = Simulation(tiny_config(method, mu=0.5))
     sim.setup()
-    assert isinstance(sim.trainer, FedProxTrainer if method == "fedprox" else FedProxFixMatchTrainer)
+    assert isinstance(sim.trainer, TRAINERS[method])
     data = sim.fed.clients[0]
     ins = sim.strategy.configure(1, [0])[0]
     assert ins.config["proximal_mu"] == 0.5
@@ -70,14 +82,15 @@ def test_the_proximal_term_enters_the_local_loss(method):
     assert with_prox - without == pytest.approx(expected, rel=1e-3)
 
 
-@pytest.mark.parametrize("method", ["fedprox", "fedprox-fixmatch"])
+@pytest.mark.parametrize("method", sorted(TRAINERS))
 def test_fedprox_runs_end_to_end(tmp_path, method):
     summary = Simulation(tiny_config(method), run_dir=tmp_path / "run").run()
     assert 0.0 <= summary["final"]["accuracy"] <= 1.0
 
 
-def test_fedprox_trains_on_labeled_data_only_and_validates_mu():
-    sim = Simulation(tiny_config("fedprox"))
+@pytest.mark.parametrize("method", ["fedprox", "fedprox-labeled"])
+def test_fedprox_trains_on_labeled_data_only_and_validates_mu(method):
+    sim = Simulation(tiny_config(method))
     sim.setup()
     data = sim.fed.clients[0]
     ctx = TrainContext(1, torch.Generator().manual_seed(0), sim.device, sim.cfg.train, sim.initial_weights)
@@ -85,6 +98,6 @@ def test_fedprox_trains_on_labeled_data_only_and_validates_mu():
     labels = {int(data.labels[i]) for i in labeled}
     for _, y in sim.trainer.batches(data, ctx):
         assert set(y.tolist()) <= labels
-    assert build_strategy("fedprox", {}).mu == 0.001
+    assert build_strategy(method, {}).mu == 0.001
     with pytest.raises(ConfigError, match="mu"):
-        build_strategy("fedprox", {"mu": -1})
+        build_strategy(method, {"mu": -1})

@@ -263,13 +263,14 @@ def test_round_metrics_pool_pseudo_label_counts_and_state_round_trips(tmp_path):
         ("fixmatch-gpl", {"targets": "soft", "mask": "teacher"}),
         ("fixmatch-gpl", {"unlabeled_ratio": 0}),
         ("fedavg-full", {}),
+        ("fedavg-labeled", {}),
     ],
 )
 def test_tiny_end_to_end_runs(tmp_path, method, params):
     cfg = tiny_config(method, **params)
     summary = Simulation(cfg, run_dir=tmp_path / "run").run()
     assert 0.0 <= summary["final"]["accuracy"] <= 1.0
-    if method != "fedavg-full" and params.get("unlabeled_ratio", 2) > 0:
+    if not method.startswith("fedavg") and params.get("unlabeled_ratio", 2) > 0:
         assert (tmp_path / "run" / "fssl_rounds.csv").is_file()
         assert (tmp_path / "run" / "figures" / "pseudo_labels.png").is_file()
 
@@ -289,6 +290,28 @@ def test_fully_supervised_trains_on_all_samples_with_true_labels():
     sim.cfg.train.local_steps = 1
     reply = sim.trainer.fit(sim.work_model, data, ins, ClientState(cid=0), ctx)
     assert reply.num_examples == int(data.unlabeled_indices.numel())
+
+
+def test_labeled_only_trains_on_the_labeled_set_with_the_weak_view():
+    sim = client_setup("fedavg-labeled")
+    data = sim.fed.clients[0]
+    cfg = sim.cfg
+    cfg.train.local_steps, cfg.train.local_epochs = None, 2.0
+    ctx = TrainContext(1, torch.Generator().manual_seed(0), sim.device, cfg.train, sim.initial_weights)
+    assert sim.trainer.num_steps(data, ctx) == 2 * max(1, data.num_examples // cfg.train.batch_size)
+    cfg.train.local_steps = 6
+    plain = data.normalize(data.inputs[data.indices])  # every labeled image, unaugmented, normalised
+    labeled = set(data.labels[data.indices].tolist())
+    augmented = 0
+    for x, y in sim.trainer.batches(data, ctx):
+        assert set(y.tolist()) <= labeled  # only the labeled set's classes
+        # a batch image equals its plain version only if neither flip nor crop moved it
+        augmented += sum(not any(torch.equal(img, p) for p in plain) for img in x)
+    assert augmented > 0
+    ins = sim.strategy.configure(1, [0])[0]
+    cfg.train.local_steps = 1
+    reply = sim.trainer.fit(sim.work_model, data, ins, ClientState(cid=0), ctx)
+    assert reply.num_examples == data.num_examples  # n_i = |L_i|
 
 
 def ssl_config(unlabeled_weight: float) -> ExperimentConfig:

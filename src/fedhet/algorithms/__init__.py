@@ -28,8 +28,9 @@ ALGORITHMS: dict[str, str] = {
     "fedrac-random-masks": "fedhet.algorithms.fedrac:FedRACRandomMasks",
     "fedsac": "fedhet.algorithms.fedsac:FedSAC",
     # federated semi-supervised learning
-    "fedavg-labeled": "fedhet.algorithms.fedavg:FedAvg",
+    "fedavg-labeled": "fedhet.algorithms.fixmatch:LabeledOnly",
     "fedprox": "fedhet.algorithms.fedprox:FedProx",
+    "fedprox-labeled": "fedhet.algorithms.fedprox:FedProxLabeled",
     "fedavg-full": "fedhet.algorithms.fixmatch:FullySupervised",
     "fixmatch-lpl": "fedhet.algorithms.fixmatch:FixMatchLPL",
     "fixmatch-gpl": "fedhet.algorithms.fixmatch:FixMatchGPL",
@@ -40,16 +41,8 @@ ALGORITHMS: dict[str, str] = {
 }
 
 
-#: one-line descriptions of names registered on a class whose docstring describes another name
-ALIASES: dict[str, str] = {
-    "fedavg-labeled": "FedAvg on the labeled samples only (the FSSL lower bound, baselines.md §3.1).",
-}
-
-
 def describe(name: str) -> str:
-    """One line about method ``name``: its alias line, else its strategy's docstring's first line."""
-    if name in ALIASES:
-        return ALIASES[name]
+    """One line about method ``name``: its strategy's docstring's first line."""
     doc = (strategy_class(name).__doc__ or "").strip()
     return doc.splitlines()[0] if doc else ""
 

@@ -1,9 +1,10 @@
 """FedProx (Li et al., MLSys 2020): FedAvg with the proximal term μ/2·‖w − w_g‖² in local training.
 
-Spec: baselines.md §3.2 and §3.5. ``fedprox`` trains on the client's labeled indices only (on the
-``labeled-unlabeled`` split those are its labeled samples: the FSSL table's labeled-only FedProx, μ = 0.001,
-``lambda_prox`` of the SAGE/ProxyFL options). ``fedprox-fixmatch`` is FixMatch-LPL plus the same term.
-The term is a trainer mixin (:class:`ProximalMixin`) so both reuse one implementation.
+Spec: baselines.md §3.2 and §3.5. ``fedprox`` is the plain supervised trainer plus the term, for any split
+(on ``labeled-unlabeled`` it trains on the labeled samples, unaugmented). ``fedprox-labeled`` is the FSSL
+table's labeled-only FedProx: ``fedavg-labeled``'s trainer (labeled samples, the protocol's weak view) plus
+the term, μ = 0.001 (``lambda_prox`` of the SAGE/ProxyFL options). ``fedprox-fixmatch`` is FixMatch-LPL plus
+the same term. The term is a trainer mixin (:class:`ProximalMixin`) so all three reuse one implementation.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import torch
 from torch import Tensor, nn
 
 from fedhet.algorithms.fedavg import FedAvg
-from fedhet.algorithms.fixmatch import FixMatchLPL, FixMatchTrainer, is_finite_number
+from fedhet.algorithms.fixmatch import FixMatchLPL, FixMatchTrainer, LabeledOnlyTrainer, is_finite_number
 from fedhet.engine.protocol import ClientData, ClientState, ConfigValue, Instruction, TrainContext, Trainer
 from fedhet.errors import ConfigError
 
@@ -59,6 +60,10 @@ class FedProxTrainer(ProximalMixin, Trainer):
     """Supervised SGD with the proximal term."""
 
 
+class FedProxLabeledTrainer(ProximalMixin, LabeledOnlyTrainer):
+    """The labeled-only trainer (labeled samples, weak view) with the proximal term."""
+
+
 class FedProxFixMatchTrainer(ProximalMixin, FixMatchTrainer):
     """FixMatch local update with the proximal term."""
 
@@ -86,6 +91,13 @@ class FedProx(FedAvg):
         for ins in instructions.values():
             ins.config[_CONFIG_KEY] = self.mu
         return instructions
+
+
+class FedProxLabeled(FedProx):
+    """FedProx on the labeled samples only, weak view (the FSSL table's FedProx row, baselines.md §3.2)."""
+
+    name = "fedprox-labeled"
+    trainer_class = FedProxLabeledTrainer
 
 
 class FedProxFixMatch(FixMatchLPL):

@@ -1,5 +1,5 @@
 """Federated semi-supervised learning (FSSL): the FixMatch client update shared by FixMatch-LPL/GPL, SAGE,
-ProxyFL and FedProto+FSSL, and FedAvg on fully labeled data (the upper bound).
+ProxyFL and FedProto+FSSL, and FedAvg on the labeled samples only and on fully labeled data (the bounds).
 
 Spec: methods.md §2.4 (ProxyFL's ``Local.fixmatch_train``), baselines.md §3.1-3.4. One local step:
 
@@ -746,10 +746,12 @@ class FixMatchGPL(SemiSupervised):
 
 
 # --------------------------------------------------------------------------------------------------------
-# The upper bound: FedAvg on fully labeled data
+# The bounds: FedAvg on the labeled samples only, and on fully labeled data
 # --------------------------------------------------------------------------------------------------------
-class FullySupervisedTrainer(Trainer):
-    """Supervised SGD on all of a client's samples with their true labels, weak view (flip + crop)."""
+class AugmentedSupervisedTrainer(Trainer):
+    """Supervised SGD with true labels on the weak view (flip + crop), the FSSL protocol's augmentation
+    (baselines.md §3.1), so that the bounds differ from the FSSL methods only in what they learn from.
+    Subclasses choose the training pool."""
 
     needs_raw_inputs = True
 
@@ -757,19 +759,21 @@ class FullySupervisedTrainer(Trainer):
         super().__init__(**params)
         self.weak = Augmenter("weak")
 
+    def pool(self, data: ClientData) -> Tensor:
+        """The indices this trainer learns from, with their true labels."""
+        raise NotImplementedError
+
     def num_steps(self, data: ClientData, ctx: TrainContext) -> int:
-        """``train.local_steps`` if set, else ``local_epochs`` · ⌊|U_i|/B⌋, the FSSL methods' budget."""
+        """``train.local_steps`` if set, else ``local_epochs`` · ⌊|pool|/B⌋."""
         if ctx.train.local_steps:
             return int(ctx.train.local_steps)
-        per_epoch = steps_per_epoch(
-            int(FixMatchTrainer.unlabeled_indices(data).numel()), ctx.train.batch_size
-        )
+        per_epoch = steps_per_epoch(int(self.pool(data).numel()), ctx.train.batch_size)
         return max(1, int(round(ctx.train.local_epochs * per_epoch)))
 
     def batches(self, data: ClientData, ctx: TrainContext) -> Iterator[tuple[Tensor, Tensor]]:
-        """Batches of B from all samples (U_i holds the labeled ones too), weakly augmented, normalised."""
+        """Batches of B from the pool, weakly augmented, normalised."""
         normalize = _train_normalizer(data, mismatch=False)
-        stream = IndexStream(FixMatchTrainer.unlabeled_indices(data), ctx.generator)
+        stream = IndexStream(self.pool(data), ctx.generator)
         for _ in range(self.num_steps(data, ctx)):
             idx = stream.take(ctx.train.batch_size)
             if idx.numel() == 0:
@@ -785,19 +789,46 @@ class FullySupervisedTrainer(Trainer):
         ctx: TrainContext,
         metrics: dict[str, float],
     ) -> Reply:
-        """Weights and n_i = the number of the client's samples (all of them labeled here)."""
+        """Weights and n_i = the size of the pool."""
         return Reply(
             weights=clone_weights(model.state_dict()),
-            num_examples=int(FixMatchTrainer.unlabeled_indices(data).numel()),
+            num_examples=int(self.pool(data).numel()),
             metrics=metrics,
         )
 
 
-class FullySupervised(FedAvg):
+class LabeledOnlyTrainer(AugmentedSupervisedTrainer):
+    """The lower bound's client: the labeled set L_i only."""
+
+    def pool(self, data: ClientData) -> Tensor:
+        return data.indices
+
+
+class FullySupervisedTrainer(AugmentedSupervisedTrainer):
+    """The upper bound's client: all of U_i (which holds the labeled samples too), with true labels."""
+
+    def pool(self, data: ClientData) -> Tensor:
+        return FixMatchTrainer.unlabeled_indices(data)
+
+
+class AugmentedSupervised(FedAvg):
+    """FedAvg whose clients train on a pool with the FSSL protocol's weak augmentation."""
+
+    trainer_class: type[Trainer] = AugmentedSupervisedTrainer
+
+    def __init__(self, weighting: str = "samples", reward: str = "none") -> None:
+        super().__init__(weighting=weighting, reward=reward)
+
+
+class LabeledOnly(AugmentedSupervised):
+    """FedAvg on the labeled samples only, weak view (the FSSL lower bound, baselines.md §3.1-3.2)."""
+
+    name = "fedavg-labeled"
+    trainer_class = LabeledOnlyTrainer
+
+
+class FullySupervised(AugmentedSupervised):
     """FedAvg-SL, the upper bound (baselines.md §3.2): FedAvg with every training sample labeled."""
 
     name = "fedavg-full"
     trainer_class = FullySupervisedTrainer
-
-    def __init__(self, weighting: str = "samples", reward: str = "none") -> None:
-        super().__init__(weighting=weighting, reward=reward)
