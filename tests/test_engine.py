@@ -107,6 +107,19 @@ def test_dropped_clients_do_not_break_a_round(tmp_path):
         assert set(line["clients"]).isdisjoint(line.get("dropped", []))
 
 
+def test_summary_last_view_is_the_mean_of_the_last_10_rounds_evaluations(tmp_path):
+    cfg = small_config(train__rounds=13, train__local_steps=2, eval__every=2, eval__checkpoint_every=0)
+    cfg.eval.fairness = False
+    summary = Simulation(cfg, run_dir=tmp_path / "r").run()
+    lines = [json.loads(s) for s in (tmp_path / "r" / "metrics.jsonl").read_text().splitlines()]
+    evaluated = [line for line in lines if "accuracy" in line]
+    assert [line["round"] for line in evaluated] == [2, 4, 6, 8, 10, 12, 13]  # every 2, and the last
+    recent = [line["accuracy"] for line in evaluated if line["round"] > 3]  # rounds 4..13
+    assert summary["last"]["accuracy"] == pytest.approx(sum(recent) / len(recent), abs=1e-12)
+    assert summary["last"]["balanced_accuracy"] <= max(line["balanced_accuracy"] for line in evaluated)
+    assert "per_class_recall" not in summary["last"]  # scalars only
+
+
 class Interrupt(Exception):
     pass
 

@@ -256,6 +256,7 @@ def _public_summary(summary: dict[str, Any]) -> dict[str, Any]:
         "seed",
         "final",
         "best",
+        "last",
         "contributions",
         "rewards",
         "standalone",
@@ -298,6 +299,7 @@ PERCENT_KEYS = {"accuracy", "balanced_accuracy", "rare_class_recall"}
 TABLE_METRICS = (
     ("accuracy", "final", "acc %"),
     ("accuracy", "best", "best acc %"),
+    ("accuracy", "last", "last-10 acc %"),
     ("balanced_accuracy", "final", "bal. acc %"),
     ("rare_class_recall", "final", "rare recall %"),
     ("fairness_pearson", "final", "fairness"),
@@ -421,12 +423,14 @@ def print_contributions(console, results: dict[str, list[dict[str, Any]]]) -> No
 def print_compare_table(console, rows: list[dict[str, Any]], title: str = "") -> None:
     from rich.table import Table
 
+    from fedhet.compare import VIEW_KEYS
+
     present = [
-        (k, v, label)
-        for k, v, label in TABLE_METRICS
-        if any(k in (r["mean"] if v == "final" else r["best_mean"]) for r in rows)
+        (k, v, label) for k, v, label in TABLE_METRICS if any(k in r.get(VIEW_KEYS[v][0], {}) for r in rows)
     ]
     caption = "mean ± std over seeds"
+    if any(v == "last" for _, v, _ in present):
+        caption += "; last-10 = mean over the evaluations of the last 10 rounds"
     if any(k == "fairness_pearson" for k, _, _ in present):
         caption += "; fairness = 100·Pearson(standalone, reward acc.)"
     table = Table(title=title, caption=caption)
@@ -436,7 +440,7 @@ def print_compare_table(console, rows: list[dict[str, Any]], title: str = "") ->
     for r in rows:
         cells = []
         for k, v, _ in present:
-            mean, std = (r["mean"], r["std"]) if v == "final" else (r["best_mean"], r["best_std"])
+            mean, std = (r.get(key, {}) for key in VIEW_KEYS[v])
             cells.append(_fmt(k, mean.get(k), std.get(k)))
         table.add_row(r["method"], *cells)
     console.print(table)

@@ -309,8 +309,12 @@ def default_threads(jobs: int) -> int:
     return max(1, (os.cpu_count() or 1) // jobs)
 
 
+#: A summary's views and the keys of their mean and std in a compare row.
+VIEW_KEYS = {"final": ("mean", "std"), "best": ("best_mean", "best_std"), "last": ("last_mean", "last_std")}
+
+
 def aggregate_rows(results: dict[str, list[dict[str, Any]]]) -> list[dict[str, Any]]:
-    """Mean and std over seeds of every scalar metric, final and best, one row per method."""
+    """Mean and std over seeds of every scalar metric, final, best and last-10, one row per method."""
     rows = []
     for m, summaries in results.items():
         row: dict[str, Any] = {
@@ -318,13 +322,14 @@ def aggregate_rows(results: dict[str, list[dict[str, Any]]]) -> list[dict[str, A
             "seeds": [s["seed"] for s in summaries],
             "mean": {},
             "std": {},
-            "best_mean": {},
-            "best_std": {},
         }
-        for view, mk, sk in (("final", "mean", "std"), ("best", "best_mean", "best_std")):
-            keys = sorted({k for s in summaries for k, v in s[view].items() if isinstance(v, int | float)})
+        for view, (mk, sk) in VIEW_KEYS.items():
+            row.setdefault(mk, {})
+            row.setdefault(sk, {})
+            views = [s.get(view) or {} for s in summaries]  # runs from before "last" existed have none
+            keys = sorted({k for v in views for k, x in v.items() if isinstance(x, int | float)})
             for k in keys:
-                vals = [s[view].get(k) for s in summaries]
+                vals = [v.get(k) for v in views]
                 vals = [float(v) for v in vals if isinstance(v, int | float) and math.isfinite(v)]
                 if vals:
                     row[mk][k] = float(np.mean(vals))

@@ -5,7 +5,7 @@ A table is a TOML file (``configs/reproduce/*.toml``)::
     title = "CELM Table 1 (Fashion-MNIST): global-model test accuracy"
     source = "paper-results.md, CELM Table 1"
     metric = "accuracy"          # a metric of summary.json
-    view = "final"               # final | best
+    view = "final"               # final | best | last
     scale = 100                  # display scale (accuracies in %)
     seeds = 3
     methods = ["fedavg", "celm"]
@@ -108,8 +108,8 @@ def load_spec(name: str) -> Spec:
     bad = set(raw) - known
     if bad:
         raise ConfigError(f"{path}: unknown key(s) {sorted(bad)}; accepted: {sorted(known)}")
-    if raw.get("view", "final") not in ("final", "best"):
-        raise ConfigError(f"{path}: view={raw.get('view')!r}; accepted: 'final', 'best'")
+    if raw.get("view", "final") not in ("final", "best", "last"):
+        raise ConfigError(f"{path}: view={raw.get('view')!r}; accepted: 'final', 'best', 'last'")
     rows = []
     for i, r in enumerate(raw.get("rows", [])):
         unknown = set(r) - {"name", "config", "set", "paper", "available", "note", "metric"}
@@ -179,7 +179,7 @@ def run_spec(
 
     Runs already finished in ``out_dir`` are reused (see :func:`fedhet.compare.run_comparison`).
     """
-    from fedhet.compare import aggregate_rows, run_comparison
+    from fedhet.compare import VIEW_KEYS, aggregate_rows, run_comparison
 
     n_seeds = seeds or spec.seeds
     results = []
@@ -219,7 +219,7 @@ def run_spec(
                 "run_dir": str(run_dir),
             }
         )
-        key_mean, key_std = ("mean", "std") if spec.view == "final" else ("best_mean", "best_std")
+        key_mean, key_std = VIEW_KEYS[spec.view]
         metric = row.metric or spec.metric
         entry["metric"] = metric
         for m in wanted:

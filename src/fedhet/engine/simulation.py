@@ -540,6 +540,7 @@ class Simulation:
                 if isinstance(v, float) and math.isfinite(v):
                     if k not in best or (v < best[k] if k == "loss" else v > best[k]):
                         best[k] = v
+        recent = [h for h in evals if h["round"] > self.cfg.train.rounds - LAST_ROUNDS]
         last = evals[-1] if evals else {}
         contrib = self.strategy.contributions()
         return {
@@ -549,6 +550,7 @@ class Simulation:
             "seed": self.cfg.seed,
             "final": final,
             "best": best,
+            "last": mean_scalars([_metric_view(h) for h in recent]),
             "contributions": [float(c) for c in contrib] if contrib is not None else None,
             "rewards": last.get("rewards"),
             "standalone": [float(s) for s in self.standalone] if self.standalone is not None else None,
@@ -579,6 +581,21 @@ SCALAR_KEYS = (
     "ipr",
     "contribution_fairness_pearson",
 )
+
+
+#: ``summary["last"]``: the mean over the evaluations of the last LAST_ROUNDS rounds (baselines.md §3.1 asks
+#: for final, best and the mean of the last 10 rounds; it also steadies curves that swing between rounds).
+LAST_ROUNDS = 10
+
+
+def mean_scalars(views: list[dict[str, Any]]) -> dict[str, float]:
+    """Per key, the mean of the finite float values among ``views`` (keys with none are left out)."""
+    out: dict[str, float] = {}
+    for k in {k for v in views for k in v}:
+        vals = [v[k] for v in views if isinstance(v.get(k), float) and math.isfinite(v[k])]
+        if vals:
+            out[k] = float(np.mean(vals))
+    return dict(sorted(out.items()))
 
 
 def _metric_view(line: dict[str, Any]) -> dict[str, Any]:
