@@ -320,12 +320,9 @@ def aggregate_rows(results: dict[str, list[dict[str, Any]]]) -> list[dict[str, A
         row: dict[str, Any] = {
             "method": m,
             "seeds": [s["seed"] for s in summaries],
-            "mean": {},
-            "std": {},
         }
         for view, (mk, sk) in VIEW_KEYS.items():
-            row.setdefault(mk, {})
-            row.setdefault(sk, {})
+            row[mk], row[sk] = {}, {}
             views = [s.get(view) or {} for s in summaries]  # runs from before "last" existed have none
             keys = sorted({k for v in views for k, x in v.items() if isinstance(x, int | float)})
             for k in keys:
