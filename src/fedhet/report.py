@@ -69,7 +69,7 @@ def _label(run: dict[str, Any]) -> str:
     return f"{s['method']} (seed {s['seed']})"
 
 
-#: Above this many evaluated rounds, curves are shown as a moving average over MAX_POINTS windows.
+#: Curves with more evaluations than this are smoothed by a moving average of len // MAX_POINTS of them.
 MAX_POINTS = 100
 
 
