@@ -20,10 +20,11 @@ import time
 
 import torch
 
-from fedhet.algorithms.celm import maximize_class_logits, probe_generator
+from fedhet.algorithms.celm import probe_generator
+from fedhet.algorithms.logit_probes import maximize_class_logits
 from fedhet.config import ExperimentConfig
-from fedhet.engine.protocol import clone_weights
-from fedhet.engine.simulation import Simulation
+from fedhet.engine.weights import clone_weights
+from fedhet.experiment import make_simulation
 
 
 def timed(fn) -> tuple[tuple[float, float], object]:
@@ -53,7 +54,7 @@ def main() -> None:
     cfg.train.rounds, cfg.train.threads, cfg.train.device = 100, args.threads, "cpu"
     cfg.method.name = "fedavg"
     cfg.eval.fairness = False
-    sim = Simulation(cfg, run_dir=None)
+    sim = make_simulation(cfg, run_dir=None)
     sim.setup()
 
     # One FedAvg round of local training (1 epoch per client over all of Fashion-MNIST), repeated from the

@@ -23,7 +23,8 @@ import torch
 from torch import nn
 
 from fedhet.config import ExperimentConfig
-from fedhet.engine.simulation import Simulation, derived_torch_generator, learning_rate
+from fedhet.engine.simulation import derived_torch_generator, learning_rate
+from fedhet.experiment import make_simulation
 
 
 def make_config(rounds: int = 1) -> ExperimentConfig:
@@ -35,7 +36,7 @@ def make_config(rounds: int = 1) -> ExperimentConfig:
     return cfg
 
 
-def bare_round(sim: Simulation, global_weights: dict, rnd: int) -> dict:
+def bare_round(sim, global_weights: dict, rnd: int) -> dict:
     """The same round written as a plain loop over clients, no fedhet objects on the hot path."""
     cfg = sim.cfg
     model = sim.work_model
@@ -62,7 +63,7 @@ def bare_round(sim: Simulation, global_weights: dict, rnd: int) -> dict:
 
 def measure_rss() -> None:
     cfg = make_config(rounds=3)
-    Simulation(cfg).run()
+    make_simulation(cfg).run()
     print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)  # KiB on Linux
 
 
@@ -76,7 +77,7 @@ def main() -> None:
     if args.rss_child:
         measure_rss()
         return
-    sim = Simulation(make_config())
+    sim = make_simulation(make_config())
     sim.setup()
     start = {k: v.clone() for k, v in sim.strategy.model.state_dict().items()}
     # warm-up both paths once

@@ -23,9 +23,9 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from fedhet.algorithms.fedrac import candidate_sizes, masked_accuracies, masked_accuracies_loop
+from fedhet.algorithms.submodel import candidate_sizes, masked_accuracies, masked_accuracies_loop
 from fedhet.config import apply_override, load_config
-from fedhet.engine.simulation import Simulation
+from fedhet.experiment import make_simulation
 from fedhet.models import masked_logits
 from fedhet.models.masks import nested_prefix_masks
 
@@ -68,7 +68,7 @@ def main() -> None:
     apply_override(cfg, "method.name", "fedrac")
     with tempfile.TemporaryDirectory() as tmp:
         # Standalone accuracies come from the engine (a run with the same budget), as in every FedRAC run.
-        sim = Simulation(cfg, run_dir=Path(tmp) / "run")
+        sim = make_simulation(cfg, run_dir=Path(tmp) / "run")
         sim.run()
         timings = [json.loads(s) for s in (Path(tmp) / "run" / "timings.jsonl").read_text().splitlines()]
     strategy = sim.strategy

@@ -16,8 +16,10 @@ import numpy as np
 import torch
 
 from fedhet.config import ExperimentConfig
-from fedhet.engine.protocol import ClientState, TrainContext
-from fedhet.engine.simulation import Simulation, derived_torch_generator
+from fedhet.engine.client import run_client
+from fedhet.engine.protocol import LR_KEY, ClientState, TrainContext
+from fedhet.engine.simulation import derived_torch_generator
+from fedhet.experiment import make_simulation
 
 METHODS = (
     "fedavg-labeled",
@@ -40,17 +42,17 @@ def time_method(method: str, args: argparse.Namespace) -> float:
     cfg.train.momentum, cfg.train.weight_decay, cfg.train.threads = 0.9, 1e-4, args.threads
     cfg.eval.fairness, cfg.eval.rewards = False, False
     cfg.method.name = method
-    sim = Simulation(cfg)
+    sim = make_simulation(cfg)
     sim.setup()
     times = []
     for repeat in range(3):
         ins = sim.strategy.configure(1, [0])[0]
-        ins.config.setdefault("lr", cfg.train.lr)
+        ins.config[LR_KEY] = cfg.train.lr
         ctx = TrainContext(
-            1, derived_torch_generator(0, "client", repeat, 0), sim.device, cfg.train, sim.initial_weights
+            1, derived_torch_generator(0, "client", repeat, 0), sim.device, cfg.train, sim.work_model, {}
         )
         start = time.perf_counter()
-        sim.trainer.fit(sim.work_model, sim.fed.clients[0], ins, ClientState(cid=0), ctx)
+        run_client(sim.trainer, ins, ClientState(), sim.fed.clients[0], ctx)
         times.append((time.perf_counter() - start) / args.steps)
     return 1000 * float(np.median(times))
 

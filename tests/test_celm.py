@@ -21,17 +21,18 @@ from fedhet.algorithms.celm import (
     debias,
     ema_contributions,
     estimate_contributions,
-    maximize_class_logits,
     probe_generator,
     to_simplex,
     warmup_rounds,
 )
+from fedhet.algorithms.fedavg import SGDTrainer
 from fedhet.algorithms.fedrs import FedRSTrainer
+from fedhet.algorithms.logit_probes import maximize_class_logits
 from fedhet.config import ExperimentConfig, load_config
 from fedhet.engine import checkpoint as ckpt
-from fedhet.engine.protocol import Trainer, clone_weights
-from fedhet.engine.simulation import Simulation
+from fedhet.engine.weights import clone_weights
 from fedhet.errors import ConfigError
+from fedhet.experiment import make_simulation
 from fedhet.models import build_model
 
 torch.set_num_threads(1)
@@ -227,36 +228,35 @@ def small_config(method: str = "celm", **params) -> ExperimentConfig:
     return cfg
 
 
-class RecordingTrainer(Trainer):
-    """Records what each client was sent, where its training started and what it replied."""
+class RecordingTrainer(SGDTrainer):
+    """Records what each client was sent, where its training started and what it replied (a test probe;
+    the registered trainers keep nothing on ``self``)."""
 
     def __init__(self) -> None:
-        super().__init__()
         self.sent: dict[tuple[int, int], list[str]] = {}
         self.starts: dict[tuple[int, int], dict] = {}
         self.replies: dict[tuple[int, int], dict] = {}
 
-    def start_weights(self, ins, state, ctx):
-        weights = super().start_weights(ins, state, ctx)
-        self.sent[(ctx.round, state.cid)] = sorted(ins.weights)
-        self.starts[(ctx.round, state.cid)] = clone_weights(weights)
-        return weights
-
-    def finish(self, model, data, ins, state, ctx, metrics):
-        reply = super().finish(model, data, ins, state, ctx, metrics)
-        self.replies[(ctx.round, data.cid)] = clone_weights(reply.weights)
+    def fit(self, u):
+        key = (u.context.round, u.data.cid)
+        self.sent[key] = sorted(u.instruction.weights)
+        self.starts[key] = clone_weights(u.start)
+        reply = super().fit(u)
+        self.replies[key] = clone_weights(reply.weights)
         return reply
 
 
 def _run_recorded(cfg: ExperimentConfig, run_dir=None):
     trainer = RecordingTrainer()
-    sim = Simulation(cfg, run_dir=run_dir, trainer=trainer)
+    sim = make_simulation(cfg, run_dir=run_dir, trainer=trainer)
+    sim.setup()  # run() sets up again, to the same seeded initial model
+    initial = clone_weights(sim.strategy.model.state_dict())
     globals_after: list[dict] = []
     sim.progress = lambda rnd, total, line: globals_after.append(
         clone_weights(sim.strategy.model.state_dict())
     )
     summary = sim.run()
-    return sim, trainer, globals_after, summary
+    return sim, trainer, globals_after, summary, initial
 
 
 def _average(states: list[dict], weights: np.ndarray) -> dict:
@@ -267,17 +267,18 @@ def _average(states: list[dict], weights: np.ndarray) -> dict:
 @needs_fashion
 def test_warmup_sends_the_backbone_keeps_local_heads_then_sends_the_full_model(tmp_path):
     cfg = small_config()
-    sim, rec, globals_after, _ = _run_recorded(cfg)
+    sim, rec, globals_after, _, initial = _run_recorded(cfg)
     strategy: CELM = sim.strategy
     assert strategy.warmup == 2
     backbone = sorted(strategy.model.backbone_keys())
     everything = sorted(strategy.model.state_dict())
     head = "head.weight"
     for cid in range(3):
-        assert rec.sent[(1, cid)] == backbone and rec.sent[(2, cid)] == backbone
+        # round 1: no client holds a head yet, so it gets the full (initial) model; round 2 the backbone only
+        assert rec.sent[(1, cid)] == everything and rec.sent[(2, cid)] == backbone
         assert rec.sent[(3, cid)] == everything and rec.sent[(4, cid)] == everything
         # round 1 starts from the shared initial head
-        assert torch.equal(rec.starts[(1, cid)][head], sim.initial_weights[head])
+        assert torch.equal(rec.starts[(1, cid)][head], initial[head])
         # round 2: the client's own head from round 1, not the global (c-averaged) one
         assert torch.equal(rec.starts[(2, cid)][head], rec.replies[(1, cid)][head])
         assert not torch.allclose(rec.starts[(2, cid)][head], globals_after[0][head])
@@ -291,14 +292,14 @@ def test_warmup_sends_the_backbone_keeps_local_heads_then_sends_the_full_model(t
 @needs_fashion
 def test_weights_freeze_after_warmup_and_aggregation_uses_them(tmp_path):
     cfg = small_config()
-    sim, rec, globals_after, summary = _run_recorded(cfg, run_dir=tmp_path / "run")
+    sim, rec, globals_after, summary, _ = _run_recorded(cfg, run_dir=tmp_path / "run")
     strategy: CELM = sim.strategy
-    history = {r: np.array(c) for r, c in strategy.history}
+    lines = [json.loads(s) for s in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    history = {line["round"]: np.array(line["contributions"]) for line in lines}
     assert not np.allclose(history[1], 1 / 3)  # the estimate moved away from c^0
     np.testing.assert_array_equal(history[3], history[2])
     np.testing.assert_array_equal(history[4], history[2])
     np.testing.assert_allclose(summary["contributions"], history[2])
-    lines = [json.loads(s) for s in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     assert [line["celm_phase"] for line in lines] == ["warmup", "warmup", "frozen", "frozen"]
     assert lines[3]["contributions"] == lines[1]["contributions"]
     for rnd in (1, 4):  # warm-up and frozen rounds: w_g = Σ c_i w_i
@@ -314,7 +315,7 @@ def test_clients_missing_in_a_warmup_round_keep_their_weight(tmp_path):
     cfg = small_config(warmup_fraction=1.0)
     cfg.data.clients = 4
     cfg.train.client_dropout = 0.5
-    sim = Simulation(cfg, run_dir=tmp_path / "run")
+    sim = make_simulation(cfg, run_dir=tmp_path / "run")
     sim.run()
     lines = [json.loads(s) for s in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     assert any(line.get("dropped") for line in lines)
@@ -333,14 +334,14 @@ def test_clients_missing_in_a_warmup_round_keep_their_weight(tmp_path):
 @needs_fashion
 def test_state_dict_round_trips_through_a_checkpoint(tmp_path):
     cfg = small_config(per_class_baseline=True)
-    sim = Simulation(cfg, run_dir=None)
+    sim = make_simulation(cfg, run_dir=None)
     sim.run()
     path = ckpt.save_checkpoint(tmp_path / "ck", {"strategy": sim.strategy.state_dict()})
     fresh = build_strategy("celm", cfg.method.params)
-    fresh.setup(sim.srv_ctx)
+    fresh.setup(sim.info)
     fresh.load_state_dict(ckpt.load_checkpoint(path)["strategy"])
     np.testing.assert_array_equal(fresh.contributions(), sim.strategy.contributions())
-    assert fresh.history == sim.strategy.history and fresh.estimates == 2
+    assert fresh.with_heads == sim.strategy.with_heads == {0, 1, 2} and fresh.estimates == 2
     for a, b in zip(fresh.evidence, sim.strategy.evidence, strict=True):
         assert a["round"] == b["round"]
         for key in ("raw", "global", "baseline", "debiased", "scores"):
@@ -356,16 +357,16 @@ class Interrupt(Exception):
 @needs_fashion
 def test_a_run_interrupted_in_warmup_resumes_with_identical_results(tmp_path):
     cfg = small_config()
-    Simulation(cfg, run_dir=tmp_path / "full").run()
+    make_simulation(cfg, run_dir=tmp_path / "full").run()
 
     def stop_at_2(rnd, total, line):
         if rnd == 2:
             raise Interrupt
 
     with pytest.raises(Interrupt):
-        Simulation(cfg, run_dir=tmp_path / "cut", progress=stop_at_2).run()
+        make_simulation(cfg, run_dir=tmp_path / "cut", progress=stop_at_2).run()
     shutil.rmtree(tmp_path / "cut" / "checkpoints" / "round_00002")  # resume from round 1: re-probe round 2
-    Simulation(cfg, run_dir=tmp_path / "cut", resume=True).run()
+    make_simulation(cfg, run_dir=tmp_path / "cut", resume=True).run()
     for name in ("metrics.jsonl", "contributions.csv", "evidence/round_002_raw.csv"):
         assert (tmp_path / "cut" / name).read_text() == (tmp_path / "full" / name).read_text(), name
 
@@ -380,7 +381,7 @@ def test_end_to_end_run_writes_contribution_artifacts(tmp_path, method):
     cfg.data.max_train_samples = 4000
     cfg.eval.every = 2
     run = tmp_path / "run"
-    sim = Simulation(cfg, run_dir=run)
+    sim = make_simulation(cfg, run_dir=run)
     summary = sim.run()
     assert isinstance(sim.strategy, CELMRS if method == "celm-rs" else CELM)
     assert isinstance(sim.trainer, FedRSTrainer) == (method == "celm-rs")
@@ -410,7 +411,7 @@ def test_end_to_end_run_writes_contribution_artifacts(tmp_path, method):
 def test_global_backbone_option_probes_client_heads_on_the_previous_global_backbone():
     from fedhet.engine.protocol import Reply
 
-    sim = Simulation(small_config(probe_backbone="global"), run_dir=None)
+    sim = make_simulation(small_config(probe_backbone="global"), run_dir=None)
     sim.setup()
     strategy: CELM = sim.strategy
     torch.manual_seed(5)
@@ -460,7 +461,7 @@ def test_celm_configs_parse_and_build(path):
 
 
 def test_probe_adam_ascent_is_torch_adam_maximizing():
-    from fedhet.algorithms.celm import AdamAscent
+    from fedhet.algorithms.logit_probes import AdamAscent
 
     gen = torch.Generator().manual_seed(3)
     reference = torch.randn(4, 7, generator=gen).requires_grad_(True)

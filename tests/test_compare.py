@@ -110,7 +110,8 @@ def test_two_worker_processes_give_the_same_metrics_as_one(tmp_path):
 
 
 def test_a_standalone_cell_is_the_standalone_run_fairness_needs(tmp_path, monkeypatch):
-    from fedhet.engine.simulation import Simulation, standalone_accuracies
+    from fedhet.engine.simulation import Simulation
+    from fedhet.experiment import standalone_accuracies
 
     base = _base(rounds=2)
     apply_override(base, "eval.fairness", True)

@@ -9,10 +9,14 @@ import numpy as np
 import pytest
 import torch
 
+from fedhet.algorithms.fedavg import SGDTrainer, weighted_average
 from fedhet.config import ExperimentConfig
-from fedhet.engine.protocol import ClientState, Instruction, Reply, Trainer, check_reply, weighted_average
-from fedhet.engine.simulation import Simulation, learning_rate, sample_clients, standalone_accuracies
-from fedhet.errors import ClientUpdateError
+from fedhet.engine.boundary import check_description, check_reply
+from fedhet.engine.client import start_weights
+from fedhet.engine.protocol import Instruction, Reply
+from fedhet.engine.simulation import learning_rate, sample_clients
+from fedhet.errors import ClientUpdateError, ProtocolError
+from fedhet.experiment import make_simulation, standalone_accuracies
 
 torch.set_num_threads(1)
 
@@ -47,7 +51,7 @@ def test_fedavg_fashion_mnist_iid_reaches_85_percent_in_10_rounds(tmp_path):
     cfg.train.rounds, cfg.train.local_epochs = 10, 1
     cfg.eval.every = 5
     cfg.eval.fairness = False
-    summary = Simulation(cfg, run_dir=tmp_path / "run").run()
+    summary = make_simulation(cfg, run_dir=tmp_path / "run").run()
     assert summary["final"]["accuracy"] >= 0.85, summary["final"]
     assert summary["best"]["accuracy"] >= summary["final"]["accuracy"] - 1e-12
 
@@ -55,27 +59,27 @@ def test_fedavg_fashion_mnist_iid_reaches_85_percent_in_10_rounds(tmp_path):
 def test_same_seed_gives_identical_metrics_and_other_seed_differs(tmp_path):
     cfg = small_config()
     cfg.eval.fairness = False
-    Simulation(cfg, run_dir=tmp_path / "a").run()
-    Simulation(cfg, run_dir=tmp_path / "b").run()
+    make_simulation(cfg, run_dir=tmp_path / "a").run()
+    make_simulation(cfg, run_dir=tmp_path / "b").run()
     a = (tmp_path / "a" / "metrics.jsonl").read_text()
     assert a == (tmp_path / "b" / "metrics.jsonl").read_text()
     assert len(a.splitlines()) == cfg.train.rounds
     cfg2 = small_config()
     cfg2.seed = 1
     cfg2.eval.fairness = False
-    Simulation(cfg2, run_dir=tmp_path / "c").run()
+    make_simulation(cfg2, run_dir=tmp_path / "c").run()
     assert a != (tmp_path / "c" / "metrics.jsonl").read_text()
 
 
-class CorruptTrainer(Trainer):
+class CorruptTrainer(SGDTrainer):
     """Client 1 sends NaN weights; client 2 sends a wrongly shaped tensor."""
 
-    def finish(self, model, data, ins, state, ctx, metrics):
-        reply = super().finish(model, data, ins, state, ctx, metrics)
-        if data.cid == 1:
+    def finish(self, u, metrics):
+        reply = super().finish(u, metrics)
+        if u.data.cid == 1:
             key = next(iter(reply.weights))
             reply.weights[key] = torch.full_like(reply.weights[key], float("nan"))
-        if data.cid == 2:
+        if u.data.cid == 2:
             key = next(iter(reply.weights))
             reply.weights[key] = reply.weights[key][:1]
         return reply
@@ -85,7 +89,7 @@ def test_corrupt_updates_are_rejected_and_logged_while_the_round_goes_on(tmp_pat
     cfg = small_config()
     cfg.eval.fairness = False
     with caplog.at_level("WARNING", logger="fedhet"):
-        summary = Simulation(cfg, run_dir=tmp_path / "r", trainer=CorruptTrainer()).run()
+        summary = make_simulation(cfg, run_dir=tmp_path / "r", trainer=CorruptTrainer()).run()
     lines = [json.loads(s) for s in (tmp_path / "r" / "metrics.jsonl").read_text().splitlines()]
     for line in lines:
         assert line["clients"] == [0, 3]
@@ -100,7 +104,7 @@ def test_dropped_clients_do_not_break_a_round(tmp_path):
     cfg.train.client_dropout = 0.6
     cfg.train.rounds = 4
     cfg.eval.fairness = False
-    Simulation(cfg, run_dir=tmp_path / "r").run()
+    make_simulation(cfg, run_dir=tmp_path / "r").run()
     lines = [json.loads(s) for s in (tmp_path / "r" / "metrics.jsonl").read_text().splitlines()]
     assert any(line.get("dropped") for line in lines)
     for line in lines:
@@ -110,7 +114,7 @@ def test_dropped_clients_do_not_break_a_round(tmp_path):
 def test_summary_last_view_is_the_mean_of_the_last_10_rounds_evaluations(tmp_path):
     cfg = small_config(train__rounds=13, train__local_steps=2, eval__every=2, eval__checkpoint_every=0)
     cfg.eval.fairness = False
-    summary = Simulation(cfg, run_dir=tmp_path / "r").run()
+    summary = make_simulation(cfg, run_dir=tmp_path / "r").run()
     lines = [json.loads(s) for s in (tmp_path / "r" / "metrics.jsonl").read_text().splitlines()]
     evaluated = [line for line in lines if "accuracy" in line]
     assert [line["round"] for line in evaluated] == [2, 4, 6, 8, 10, 12, 13]  # every 2, and the last
@@ -128,19 +132,19 @@ def test_interrupted_run_resumes_from_its_last_checkpoint_with_identical_results
     cfg = small_config()
     cfg.train.rounds = 4
     cfg.eval.fairness = False
-    Simulation(cfg, run_dir=tmp_path / "full").run()
+    make_simulation(cfg, run_dir=tmp_path / "full").run()
 
     def stop_at_3(rnd, total, line):
         if rnd == 3:
             raise Interrupt
 
     with pytest.raises(Interrupt):
-        Simulation(cfg, run_dir=tmp_path / "cut", progress=stop_at_3).run()
+        make_simulation(cfg, run_dir=tmp_path / "cut", progress=stop_at_3).run()
     # round 3 was written to metrics.jsonl and checkpointed before the interrupt; drop them to mimic a crash
     import shutil
 
     shutil.rmtree(tmp_path / "cut" / "checkpoints" / "round_00003")
-    Simulation(cfg, run_dir=tmp_path / "cut", resume=True).run()
+    make_simulation(cfg, run_dir=tmp_path / "cut", resume=True).run()
     full = (tmp_path / "full" / "metrics.jsonl").read_text()
     assert (tmp_path / "cut" / "metrics.jsonl").read_text() == full
 
@@ -161,7 +165,7 @@ def test_fedavg_fairness_metrics_use_local_models(tmp_path):
     cfg.data.split = "cla"
     cfg.data.split_params = {"samples_per_client": 500}
     cfg.train.rounds = 2
-    summary = Simulation(cfg, run_dir=tmp_path / "r").run()
+    summary = make_simulation(cfg, run_dir=tmp_path / "r").run()
     assert summary["rewards"] is not None and len(summary["rewards"]) == 4
     assert summary["standalone"] is not None
     for key in ("fairness_pearson", "fairness_spearman", "bcf_rate", "bcf_rate_code"):
@@ -207,19 +211,37 @@ def test_check_reply_messages():
         check_reply(0, Reply(weights={"w": torch.ones(2, 2), "x": torch.ones(1)}, num_examples=3), ref)
     with pytest.raises(ClientUpdateError, match="omitted"):
         check_reply(0, Reply(weights={}, num_examples=3), ref)
-    check_reply(0, Reply(weights={}, num_examples=3), ref, partial_ok=True)
     with pytest.raises(ClientUpdateError, match="num_examples"):
         check_reply(0, Reply(weights={"w": torch.ones(2, 2)}, num_examples=-1), ref)
 
 
-def test_trainer_start_weights_overlay_and_delta():
-    init = {"a": torch.zeros(2), "b": torch.ones(2)}
-    ctx = type("C", (), {"initial_weights": init})()
-    t = Trainer()
-    st = ClientState(cid=0)
-    out = t.start_weights(Instruction(weights={"a": torch.full((2,), 5.0)}), st, ctx)
+def test_check_description_messages():
+    good = Reply(weights={}, num_examples=4, payload={"class_counts": torch.tensor([1, 0, 3])})
+    check_description(0, good, 3)
+    with pytest.raises(ClientUpdateError, match="shape"):
+        check_description(2, Reply(weights={}, num_examples=4, payload={"class_counts": torch.ones(2)}), 3)
+    with pytest.raises(ClientUpdateError, match="negative"):
+        check_description(
+            2, Reply(weights={}, num_examples=4, payload={"class_counts": torch.tensor([1, -1, 0])}), 3
+        )
+    with pytest.raises(ClientUpdateError, match="num_examples"):
+        check_description(2, Reply(weights={}, num_examples=2.5, payload=good.payload), 3)
+
+
+def test_start_weights_overlay_delta_and_protocol_errors():
+    keys = ("a", "b")
+    kept = {"a": torch.ones(2), "b": torch.ones(2)}
+    # the instruction's weights win over what the client kept; the rest comes from what it kept
+    out = start_weights(Instruction(weights={"a": torch.full((2,), 5.0)}), kept, keys)
     torch.testing.assert_close(out["a"], torch.full((2,), 5.0))
     torch.testing.assert_close(out["b"], torch.ones(2))
-    st.weights = {"a": torch.ones(2), "b": torch.ones(2)}
-    out = t.start_weights(Instruction(weights={"a": torch.full((2,), 2.0)}, delta=True), st, ctx)
+    out = start_weights(Instruction(weights={"a": torch.full((2,), 2.0)}, delta=True), kept, keys)
     torch.testing.assert_close(out["a"], torch.full((2,), 3.0))
+    torch.testing.assert_close(out["b"], torch.ones(2))
+    # a client that keeps nothing needs the full model, and cannot add a delta
+    with pytest.raises(ProtocolError, match="lacks 1 of the model's 2"):
+        start_weights(Instruction(weights={"a": torch.zeros(2)}), None, keys)
+    with pytest.raises(ProtocolError, match="delta"):
+        start_weights(Instruction(weights={"a": torch.zeros(2)}, delta=True), None, keys)
+    full = {"a": torch.zeros(2), "b": torch.zeros(2)}
+    assert start_weights(Instruction(weights=full), kept, keys) is full

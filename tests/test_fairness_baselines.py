@@ -34,10 +34,11 @@ from fedhet.algorithms.shapfed import (
     monte_carlo_shapley_scores,
 )
 from fedhet.config import ExperimentConfig, TrainConfig, load_config
-from fedhet.engine.protocol import Reply, ServerContext
-from fedhet.engine.simulation import Simulation
+from fedhet.engine.protocol import FederationInfo, Reply
 from fedhet.errors import ConfigError
+from fedhet.experiment import make_simulation
 from fedhet.models.registry import FedModel
+from support import local_update
 
 torch.set_num_threads(1)
 
@@ -66,24 +67,34 @@ class Tiny(FedModel):
         return x.flatten(1)
 
 
-def tiny_context(sizes, *, validation=True, evaluate=None, class_counts=None) -> ServerContext:
+def tiny_setup(strategy, sizes, *, validation=True, class_counts=None, score=None):
+    """``strategy`` set up on a 2-class federation of ``Tiny`` models with the given self-reported sizes and
+    class counts (the round-0 descriptions); ``score`` replaces CFFL's validation accuracy."""
     n = len(sizes)
     counts = np.ones((n, 2), dtype=np.int64) if class_counts is None else np.asarray(class_counts)
-    return ServerContext(
+    info = FederationInfo(
         model=Tiny(),
-        model_factory=Tiny,
         num_clients=n,
         num_classes=2,
-        client_sizes=list(sizes),
-        client_class_counts=counts,
+        input_shape=(3,),
         rounds=10,
-        train=TrainConfig(),
-        device=torch.device("cpu"),
         seed=0,
         rng=np.random.default_rng(0),
+        device=torch.device("cpu"),
         validation=(torch.zeros(4, 3), torch.zeros(4, dtype=torch.long)) if validation else None,
-        evaluate=evaluate,
     )
+    strategy.setup(info)
+    strategy.receive_descriptions(
+        {
+            cid: Reply(
+                weights={}, num_examples=int(size), payload={"class_counts": torch.as_tensor(counts[cid])}
+            )
+            for cid, size in enumerate(sizes)
+        }
+    )
+    if score is not None:
+        strategy.validation_score = score
+    return strategy
 
 
 def update(weight, bias) -> dict[str, torch.Tensor]:
@@ -147,7 +158,7 @@ def test_cgsv_tanh_reward_fractions_known_answer():
 
 def test_cgsv_server_round_known_answer():
     s = CGSV(update_norm=0.5, altruism=1.0)
-    s.setup(tiny_context([3, 1]))
+    tiny_setup(s, [3, 1])
     u0 = update([[3.0, 0, 0], [0, 0, 0]], [0, 0])  # ‖·‖ = 3 -> Γ·e1
     u1 = update([[0, 4.0, 0], [0, 0, 0]], [0, 0])  # ‖·‖ = 4 -> Γ·e2
     s.configure(1, [0, 1])
@@ -192,9 +203,11 @@ def test_cffl_reputation_sinh_threshold_and_dropping_known_answer():
 
 def test_cffl_server_round_scores_aggregates_and_sizes_downloads():
     # score = 0.5 + head.bias[0] of (server model + filtered upload): the uploads set the scores
-    ctx = tiny_context([200, 100, 100], evaluate=lambda m, x, y: 0.5 + float(m.head.bias[0].detach()))
-    s = CFFL(upload_fraction=0.5, update_clip=None)
-    s.setup(ctx)
+    s = tiny_setup(
+        CFFL(upload_fraction=0.5, update_clip=None),
+        [200, 100, 100],
+        score=lambda m: 0.5 + float(m.head.bias[0].detach()),
+    )
     assert s.threshold == pytest.approx(1 / 9)
     u0 = update([[0.01, 0.02, 0.03], [0.04, 0.05, 0.06]], [0.4, 0.0])
     u1 = update([[-0.06, 0.0, 0.0], [0.0, 0.0, 0.02]], [0.1, 0.0])
@@ -225,17 +238,16 @@ def test_cffl_server_round_scores_aggregates_and_sizes_downloads():
 
 
 def test_cffl_needs_a_validation_set_and_class_imbalance_weights():
-    with pytest.raises(ConfigError, match="validation_fraction"):
-        CFFL().setup(tiny_context([1, 1], validation=False))
+    assert CFFL().requirements() == {"validation"}  # the engine refuses a run without one (test_engine)
     s = CFFL(class_imbalance=True)
-    s.setup(tiny_context([5, 5], class_counts=[[3, 0], [2, 2]]))
+    tiny_setup(s, [5, 5], class_counts=[[3, 0], [2, 2]])
     np.testing.assert_allclose(s.aggregation_weights_, [0.5, 1.0])  # classes_i / K
     np.testing.assert_allclose(s.size_fraction, [0.5, 1.0])  # classes_i / max classes
     assert s.threshold == pytest.approx((1 / 6) / 2)  # coef 1/6 for the class-imbalance split
 
 
 def test_own_model_trainer_clips_filters_and_keeps():
-    from fedhet.engine.protocol import ClientData, ClientState, Instruction, TrainContext
+    from fedhet.engine.protocol import ClientData, Instruction
 
     model = Tiny()
     data = ClientData(
@@ -245,27 +257,21 @@ def test_own_model_trainer_clips_filters_and_keeps():
         indices=torch.arange(20),
         num_classes=2,
     )
-    ctx = TrainContext(
-        round=1,
-        generator=torch.Generator().manual_seed(0),
-        device=torch.device("cpu"),
-        train=TrainConfig(lr=1.0, batch_size=20),
-        initial_weights={k: v.clone() for k, v in model.state_dict().items()},
-    )
-    state = ClientState(cid=0)
+    train = TrainConfig(lr=1.0, batch_size=20)
+    initial = {k: v.clone() for k, v in model.state_dict().items()}
     ins = Instruction(
-        weights={}, config={"local_update": "keep", "update_clip": 0.01, "upload_fraction": 0.25}
+        weights=dict(initial), config={"local_update": "keep", "update_clip": 0.01, "upload_fraction": 0.25}
     )
-    rep = OwnModelTrainer().fit(model, data, ins, state, ctx)
+    rep, state = local_update(OwnModelTrainer(), model, data, ins, train)
     kept = {k[len(LOCAL_UPDATE_PREFIX) :]: v for k, v in rep.payload.items()}
     assert float(max(v.abs().max() for v in kept.values())) <= 0.01 + 1e-9  # clipped element-wise
     assert int(sum((v != 0).sum() for v in rep.weights.values())) == int(0.25 * 8)  # top-θ upload
     for k in kept:  # the client keeps its full clipped update
-        torch.testing.assert_close(state.weights[k], ctx.initial_weights[k] + kept[k])
-    state2 = ClientState(cid=0)
-    OwnModelTrainer().fit(model, data, Instruction(weights={}, config={"local_update": "reset"}), state2, ctx)
+        torch.testing.assert_close(state.weights[k], initial[k] + kept[k])
+    ins = Instruction(weights=dict(initial), config={"local_update": "reset"})
+    _, state2 = local_update(OwnModelTrainer(), model, data, ins, train)
     for k in state2.weights:  # CGSV/IAFL clients reset to where they started
-        torch.testing.assert_close(state2.weights[k], ctx.initial_weights[k])
+        torch.testing.assert_close(state2.weights[k], initial[k])
 
 
 # --------------------------------------------------------------------------------------------------------
@@ -299,12 +305,12 @@ def test_shapfed_exact_shapley_three_clients_by_hand():
 
 def test_shapfed_exact_shapley_refuses_large_federations():
     with pytest.raises(ConfigError, match="monte-carlo"):
-        ShapFed(contribution="exact-shapley", max_exact_clients=3).setup(tiny_context([1, 1, 1, 1]))
+        tiny_setup(ShapFed(contribution="exact-shapley", max_exact_clients=3), [1, 1, 1, 1])
 
 
 def test_shapfed_round_weights_aggregation_and_personalised_reward():
     s = ShapFed(ema_momentum=0.5)
-    s.setup(tiny_context([1, 1]))
+    tiny_setup(s, [1, 1])
     # g = −Δ on the head; class 0 rows point the same way, class 1 rows differ
     u0 = update([[-1.0, 0, 0], [0, -1.0, 0]], [0, 0])
     u1 = update([[-1.0, 0, 0], [0, 0, -1.0]], [0, 0])
@@ -338,7 +344,7 @@ def test_iafl_reward_rates_and_set_sizes_known_answer():
 
 def test_iafl_full_reward_sets_recovery_and_reference_model():
     s = IAFL(recovery_probability=0.0)
-    s.setup(tiny_context([10, 10, 10]))
+    tiny_setup(s, [10, 10, 10])
     us = [update([[float(i + 1), 0, 0], [0, 0, 0]], [0, float(-i)]) for i in range(3)]
     s.configure(1, [0, 1, 2])
     s.aggregate(1, {i: reply(us[i]) for i in range(3)})
@@ -348,7 +354,7 @@ def test_iafl_full_reward_sets_recovery_and_reference_model():
         torch.testing.assert_close(s.client_models[cid]["head.weight"], mean_w)
     torch.testing.assert_close(s.model.head.weight.detach(), mean_w)  # the top contributor's set
     r = IAFL(recovery_probability=1.0)
-    r.setup(tiny_context([10, 5]))
+    tiny_setup(r, [10, 5])
     r.model.head.bias.data.fill_(0.7)
     ins = r.configure(1, [0, 1])
     assert not ins[0].delta and float(ins[0].weights["head.bias"][0]) == pytest.approx(0.7)
@@ -360,7 +366,7 @@ def test_iafl_full_reward_sets_recovery_and_reference_model():
 @pytest.mark.parametrize("method", METHODS)
 def test_a_round_with_no_replies_does_not_fail_and_resyncs(method):
     s = build_strategy(method)
-    s.setup(tiny_context([3, 2, 1], evaluate=lambda m, x, y: 0.5))
+    tiny_setup(s, [3, 2, 1], score=lambda m: 0.5)
     before = {k: v.clone() for k, v in s.model.state_dict().items()}
     s.configure(1, [0, 1, 2])
     s.aggregate(1, {})
@@ -390,13 +396,13 @@ def small_config(method: str, **over) -> ExperimentConfig:
     return cfg
 
 
-def assert_mirrors_match_clients(sim: Simulation) -> None:
+def assert_mirrors_match_clients(sim) -> None:
     """Every in-sync client's own model + its pending reward equals the server's mirror of it."""
     st = sim.strategy
     for cid, cs in sim.client_states.items():
         if cid in st.resync:
             continue
-        own = cs.weights if cs.weights is not None else sim.initial_weights
+        own = cs.weights if cs.weights is not None else st.initial_weights
         pending = st.pending.get(cid, {})
         for k in own:
             expect = own[k] + pending[k] if k in pending else own[k]
@@ -406,7 +412,7 @@ def assert_mirrors_match_clients(sim: Simulation) -> None:
 @pytest.mark.parametrize("method", METHODS)
 def test_end_to_end_with_dropped_clients(method, tmp_path):
     cfg = small_config(method, train__client_dropout=0.4)
-    sim = Simulation(cfg, run_dir=tmp_path / "r")
+    sim = make_simulation(cfg, run_dir=tmp_path / "r")
     summary = sim.run()
     lines = [json.loads(s) for s in (tmp_path / "r" / "metrics.jsonl").read_text().splitlines()]
     assert any(line.get("dropped") for line in lines)
@@ -418,9 +424,9 @@ def test_end_to_end_with_dropped_clients(method, tmp_path):
 
 
 class NaNForClient1(OwnModelTrainer):
-    def finish(self, model, data, ins, state, ctx, metrics):
-        rep = super().finish(model, data, ins, state, ctx, metrics)
-        if data.cid == 1:
+    def finish(self, u, metrics):
+        rep = super().finish(u, metrics)
+        if u.data.cid == 1:
             key = next(iter(rep.weights))
             rep.weights[key] = torch.full_like(rep.weights[key], float("nan"))
         return rep
@@ -429,7 +435,7 @@ class NaNForClient1(OwnModelTrainer):
 @pytest.mark.parametrize("method", METHODS)
 def test_rejected_updates_leave_the_method_running(method, tmp_path):
     cfg = small_config(method, train__rounds=3)
-    sim = Simulation(cfg, run_dir=tmp_path / "r", trainer=NaNForClient1())
+    sim = make_simulation(cfg, run_dir=tmp_path / "r", trainer=NaNForClient1())
     summary = sim.run()
     lines = [json.loads(s) for s in (tmp_path / "r" / "metrics.jsonl").read_text().splitlines()]
     assert all(set(line["rejected"]) == {"1"} for line in lines)
@@ -441,7 +447,7 @@ def test_rejected_updates_leave_the_method_running(method, tmp_path):
 @pytest.mark.parametrize("method", METHODS)
 def test_interrupted_run_resumes_identically(method, tmp_path):
     cfg = small_config(method, train__client_dropout=0.25, train__rounds=4)
-    Simulation(cfg, run_dir=tmp_path / "full").run()
+    make_simulation(cfg, run_dir=tmp_path / "full").run()
 
     class Stop(Exception):
         pass
@@ -451,9 +457,9 @@ def test_interrupted_run_resumes_identically(method, tmp_path):
             raise Stop
 
     with pytest.raises(Stop):
-        Simulation(cfg, run_dir=tmp_path / "cut", progress=stop_at_3).run()
+        make_simulation(cfg, run_dir=tmp_path / "cut", progress=stop_at_3).run()
     shutil.rmtree(tmp_path / "cut" / "checkpoints" / "round_00003")
-    Simulation(cfg, run_dir=tmp_path / "cut", resume=True).run()
+    make_simulation(cfg, run_dir=tmp_path / "cut", resume=True).run()
     assert (tmp_path / "cut" / "metrics.jsonl").read_text() == (
         tmp_path / "full" / "metrics.jsonl"
     ).read_text()
@@ -471,7 +477,7 @@ def test_fairness_and_contribution_correlations_are_reported_for_all_four(tmp_pa
         cfg.data.split, cfg.data.split_params = "cla", {"samples_per_client": 300}
         cfg.method.params = params
         cfg.eval.fairness = True
-        summary = Simulation(cfg, standalone=standalone).run()
+        summary = make_simulation(cfg, reference_contributions=standalone).run()
         for key in ("fairness_pearson", "bcf_rate", "bcf_rate_code", "ipr", "contribution_fairness_pearson"):
             assert key in summary["final"], (method, key)
         if method == "iafl":  # contributions = standalone accuracies (normalised): correlation 100
@@ -483,12 +489,13 @@ def test_state_dict_round_trips_through_a_checkpoint(tmp_path):
 
     for method in METHODS:
         cfg = small_config(method, train__rounds=2, train__client_dropout=0.3)
-        sim = Simulation(cfg)
+        sim = make_simulation(cfg)
         sim.run()
         sd = sim.strategy.state_dict()
         path = save_checkpoint(tmp_path / method, {"s": sd})
         fresh = build_strategy(method)
-        fresh.setup(sim.srv_ctx)
+        fresh.setup(sim.info)
+        fresh.receive_descriptions(sim.describe_clients())
         fresh.load_state_dict(load_checkpoint(path)["s"])
         again = fresh.state_dict()
         assert sorted(again) == sorted(sd)
@@ -533,7 +540,7 @@ def test_shipped_baseline_configs_load():
 def test_shapfed_paper_shapley_variants_run_end_to_end(contribution):
     cfg = small_config("shapfed", train__rounds=2, train__client_dropout=0.2)
     cfg.method.params = {"contribution": contribution, "permutations": 20, "reward_scale": "sum"}
-    sim = Simulation(cfg)
+    sim = make_simulation(cfg)
     summary = sim.run()
     c = np.array(summary["contributions"])
     assert c.shape == (4,) and np.all(c >= 0) and c.sum() == pytest.approx(1.0)

@@ -10,8 +10,8 @@ from fedhet.algorithms.fedproto import aggregate_prototypes, prototype_loss, pro
 from fedhet.algorithms.fixmatch import PseudoTargets, SemiSupervisedBatch, SemiSupervisedStep
 from fedhet.config import ExperimentConfig
 from fedhet.engine import checkpoint as ckpt
-from fedhet.engine.simulation import Simulation
 from fedhet.errors import ConfigError
+from fedhet.experiment import make_simulation
 
 torch.set_num_threads(1)
 
@@ -73,7 +73,7 @@ def test_fedproto_runs_end_to_end_and_its_state_round_trips(tmp_path):
     cfg.train.rounds, cfg.train.clients_per_round, cfg.train.local_steps, cfg.train.batch_size = 3, 2, 2, 8
     cfg.eval.fairness, cfg.eval.rewards = False, False
     cfg.method.name, cfg.method.params = "fedproto-fssl", {"threshold": 0.3}
-    sim = Simulation(cfg, run_dir=tmp_path / "run")
+    sim = make_simulation(cfg, run_dir=tmp_path / "run")
     sim.run()
     strategy = sim.strategy
     assert bool(strategy.present.any()) and strategy.prototypes.shape == (10, 16)
@@ -82,6 +82,6 @@ def test_fedproto_runs_end_to_end_and_its_state_round_trips(tmp_path):
     assert "loss_prototype" in lines  # the term is active once prototypes exist (rounds 2-3)
     ckpt.save_checkpoint(tmp_path / "ck", {"s": strategy.state_dict()})
     other = build_strategy("fedproto-fssl", {"threshold": 0.3})
-    other.setup(sim.srv_ctx)
+    other.setup(sim.info)
     other.load_state_dict(ckpt.load_checkpoint(tmp_path / "ck")["s"])
     assert torch.equal(other.prototypes, strategy.prototypes) and torch.equal(other.present, strategy.present)

@@ -14,9 +14,9 @@ from fedhet.algorithms.fedprox import (
     proximal_term,
 )
 from fedhet.config import ExperimentConfig
-from fedhet.engine.protocol import ClientState, TrainContext
-from fedhet.engine.simulation import Simulation
 from fedhet.errors import ConfigError
+from fedhet.experiment import make_simulation
+from support import prepared_update
 
 torch.set_num_threads(1)
 
@@ -59,44 +59,41 @@ TRAINERS = {
 
 @pytest.mark.parametrize("method", sorted(TRAINERS))
 def test_the_proximal_term_enters_the_local_loss(method):
-    sim = Simulation(tiny_config(method, mu=0.5))
+    sim = make_simulation(tiny_config(method, mu=0.5))
     sim.setup()
     assert isinstance(sim.trainer, TRAINERS[method])
     data = sim.fed.clients[0]
     ins = sim.strategy.configure(1, [0])[0]
     assert ins.config["proximal_mu"] == 0.5
-    ins.config["lr"] = 0.1
-    ctx = TrainContext(1, torch.Generator().manual_seed(0), sim.device, sim.cfg.train, sim.initial_weights)
     trainer = sim.trainer
     model = sim.work_model
-    model.load_state_dict(trainer.start_weights(ins, ClientState(cid=0), ctx))
-    trainer.prepare(model, data, ins, ClientState(cid=0), ctx)
-    batch = next(iter(trainer.batches(data, ctx)))
+    u = prepared_update(trainer, model, data, ins, sim.cfg.train)
+    batch = next(iter(trainer.batches(u)))
     with torch.no_grad():  # move away from w_g so the term is non-zero
         for p in model.parameters():
             p.add_(0.1)
-    with_prox = float(trainer.loss(model, batch, ins, ClientState(cid=0)).detach())
-    trainer.proximal_mu = 0.0
-    without = float(trainer.loss(model, batch, ins, ClientState(cid=0)).detach())
+    with_prox = float(trainer.loss(u, batch).detach())
+    u.scratch.proximal_mu = 0.0
+    without = float(trainer.loss(u, batch).detach())
     expected = 0.25 * sum(p.numel() * 0.01 for p in model.parameters())
     assert with_prox - without == pytest.approx(expected, rel=1e-3)
 
 
 @pytest.mark.parametrize("method", sorted(TRAINERS))
 def test_fedprox_runs_end_to_end(tmp_path, method):
-    summary = Simulation(tiny_config(method), run_dir=tmp_path / "run").run()
+    summary = make_simulation(tiny_config(method), run_dir=tmp_path / "run").run()
     assert 0.0 <= summary["final"]["accuracy"] <= 1.0
 
 
 @pytest.mark.parametrize("method", ["fedprox", "fedprox-labeled"])
 def test_fedprox_trains_on_labeled_data_only_and_validates_mu(method):
-    sim = Simulation(tiny_config(method))
+    sim = make_simulation(tiny_config(method))
     sim.setup()
     data = sim.fed.clients[0]
-    ctx = TrainContext(1, torch.Generator().manual_seed(0), sim.device, sim.cfg.train, sim.initial_weights)
+    u = prepared_update(sim.trainer, sim.work_model, data, sim.strategy.configure(1, [0])[0], sim.cfg.train)
     labeled = set(data.indices.tolist())
     labels = {int(data.labels[i]) for i in labeled}
-    for _, y in sim.trainer.batches(data, ctx):
+    for _, y in sim.trainer.batches(u):
         assert set(y.tolist()) <= labels
     assert build_strategy(method, {}).mu == 0.001
     with pytest.raises(ConfigError, match="mu"):

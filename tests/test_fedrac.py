@@ -16,14 +16,11 @@ import torch
 import torch.nn.functional as F
 
 from fedhet.algorithms import build_strategy
-from fedhet.algorithms.fedrac import (
-    FedRAC,
-    FedRACFixedRatio,
-    FedRACRandomMasks,
+from fedhet.algorithms.fedavg import SGDTrainer
+from fedhet.algorithms.fedrac import FedRAC, FedRACFixedRatio, FedRACRandomMasks, dynamic_ratio
+from fedhet.algorithms.submodel import (
     allocate_sizes,
     candidate_sizes,
-    dynamic_ratio,
-    fairness_summary,
     masked_accuracies,
     masked_accuracies_loop,
     masked_average_update,
@@ -31,11 +28,13 @@ from fedhet.algorithms.fedrac import (
     sharpen_contributions,
 )
 from fedhet.config import ExperimentConfig, load_config
-from fedhet.engine.protocol import ClientData, ClientState, Instruction, TrainContext, Trainer
-from fedhet.engine.simulation import Simulation
+from fedhet.engine.protocol import ClientData, Instruction
 from fedhet.errors import ConfigError
+from fedhet.experiment import make_simulation
 from fedhet.models import build_model
 from fedhet.models.masks import nested_prefix_masks, random_mask
+from fedhet.report.fairness import fairness_summary
+from support import local_update
 
 torch.set_num_threads(1)
 
@@ -206,11 +205,12 @@ def test_a_unit_no_client_trained_keeps_its_weights_through_aggregation(fashion)
     cfg.local_steps, cfg.batch_size, cfg.lr, cfg.grad_clip = 5, 32, 0.1, 1.0
     replies = []
     for cid, mask in enumerate(masks):
-        ctx = TrainContext(1, torch.Generator().manual_seed(cid), torch.device("cpu"), cfg, start)
         data = _client(cid, x, y, np.arange(cid * 500, cid * 500 + 500))
-        replies.append(
-            Trainer().fit(work, data, Instruction(weights=start, mask=mask), ClientState(cid), ctx)
+        ins = Instruction(weights=start, mask=mask)
+        reply, _ = local_update(
+            SGDTrainer(), work, data, ins, cfg, generator=torch.Generator().manual_seed(cid)
         )
+        replies.append(reply)
     new = masked_average_update(start, [r.weights for r in replies])
     unused = order[260:]
     l1 = unused[unused < 200]
@@ -270,7 +270,7 @@ def test_batched_evaluation_on_resnet18gn_equals_loop():
 # --------------------------------------------------------------------------------------------------------
 def _drive(cfg: ExperimentConfig, rounds: int, standalone: np.ndarray = STANDALONE):
     """Run ``rounds`` rounds through the engine, recording each round's masks and frequency table."""
-    sim = Simulation(cfg, standalone=standalone)
+    sim = make_simulation(cfg, reference_contributions=standalone)
     sim.setup()
     record = []
     for rnd in range(1, rounds + 1):
@@ -319,16 +319,16 @@ def test_ablations_fixed_ratio_and_random_masks():
 
 
 def test_code_mask_off_by_one_option_reaches_the_allocation(monkeypatch):
-    import fedhet.algorithms.fedrac as fedrac_module
+    import fedhet.algorithms.submodel as submodel_module
 
     seen = []
-    original = fedrac_module.allocate_sizes
+    original = submodel_module.allocate_sizes
 
     def spy(*args, **kwargs):
         seen.append((kwargs["off_by_one"], kwargs["strict"]))
         return original(*args, **kwargs)
 
-    monkeypatch.setattr(fedrac_module, "allocate_sizes", spy)
+    monkeypatch.setattr(submodel_module, "allocate_sizes", spy)
     _drive(small_config(mask_off_by_one=True, strict_sizes=False), 2)
     _drive(small_config(), 2)
     assert seen == [(True, False), (False, True)]
@@ -338,14 +338,14 @@ def test_missing_validation_set_and_model_without_masks_are_config_errors():
     cfg = small_config()
     cfg.data.validation_fraction = 0.0
     with pytest.raises(ConfigError, match="validation_fraction=0.1"):
-        Simulation(cfg, standalone=STANDALONE).setup()
+        make_simulation(cfg, reference_contributions=STANDALONE).setup()
     cfg = small_config()
     cfg.model.name, cfg.model.params = "mlp", {}
     with pytest.raises(ConfigError, match="mlp200"):
-        Simulation(cfg, standalone=STANDALONE).setup()
+        make_simulation(cfg, reference_contributions=STANDALONE).setup()
     cfg = small_config(candidate_step=16)  # 3 candidates for 5 clients
     with pytest.raises(ConfigError, match="candidate_step"):
-        Simulation(cfg, standalone=STANDALONE).setup()
+        make_simulation(cfg, reference_contributions=STANDALONE).setup()
     with pytest.raises(ConfigError, match="reputation_ratio"):
         build_strategy("fedrac", {"reputation_ratio": 1.5})
     with pytest.raises(ConfigError, match="time_offset"):
@@ -356,7 +356,7 @@ def test_missing_validation_set_and_model_without_masks_are_config_errors():
 
 def test_state_dict_round_trip_and_resume_give_identical_metrics(tmp_path):
     cfg = small_config("fedrac-random-masks")
-    Simulation(cfg, run_dir=tmp_path / "full", standalone=STANDALONE).run()
+    make_simulation(cfg, run_dir=tmp_path / "full", reference_contributions=STANDALONE).run()
 
     class Stop(Exception):
         pass
@@ -366,15 +366,17 @@ def test_state_dict_round_trip_and_resume_give_identical_metrics(tmp_path):
             raise Stop
 
     with pytest.raises(Stop):
-        Simulation(cfg, run_dir=tmp_path / "cut", progress=stop_at_3, standalone=STANDALONE).run()
+        make_simulation(
+            cfg, run_dir=tmp_path / "cut", progress=stop_at_3, reference_contributions=STANDALONE
+        ).run()
     shutil.rmtree(tmp_path / "cut" / "checkpoints" / "round_00003")
-    Simulation(cfg, run_dir=tmp_path / "cut", resume=True, standalone=STANDALONE).run()
+    make_simulation(cfg, run_dir=tmp_path / "cut", resume=True, reference_contributions=STANDALONE).run()
     full = (tmp_path / "full" / "metrics.jsonl").read_text()
     assert (tmp_path / "cut" / "metrics.jsonl").read_text() == full
     # direct round trip of the strategy state
     sim, _ = _drive(small_config(), 3)
     state = sim.strategy.state_dict()
-    other = Simulation(small_config(), standalone=STANDALONE)
+    other = make_simulation(small_config(), reference_contributions=STANDALONE)
     other.setup()
     other.strategy.load_state_dict(state)
     assert torch.equal(other.strategy.frequency, sim.strategy.frequency)
@@ -392,7 +394,7 @@ def test_end_to_end_runs_write_fairness_reports(tmp_path):
         cfg.data.split_params = {"samples_per_client": 300}
         cfg.train.rounds, cfg.train.local_steps, cfg.train.lr = 6, 10, 0.1
         run = tmp_path / method
-        summary = Simulation(cfg, run_dir=run).run()  # standalone accuracies computed by the engine
+        summary = make_simulation(cfg, run_dir=run).run()  # standalone accuracies computed by the engine
         assert len(summary["standalone"]) == 4 and all(0 < s <= 1 for s in summary["standalone"])
         assert summary["final"]["accuracy"] > 0.3
         assert {"fairness_pearson", "bcf_rate", "bcf_rate_code"} <= set(summary["final"])

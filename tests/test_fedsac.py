@@ -14,11 +14,11 @@ import torch
 import torch.nn.functional as F
 
 from fedhet.algorithms import build_strategy
-from fedhet.algorithms.fedrac import SubmodelStrategy, sharpen_contributions
 from fedhet.algorithms.fedsac import FedSAC, unit_importance
+from fedhet.algorithms.submodel import SubmodelStrategy, sharpen_contributions
 from fedhet.config import ExperimentConfig
-from fedhet.engine.simulation import Simulation
 from fedhet.errors import ConfigError
+from fedhet.experiment import make_simulation
 from fedhet.models import build_model
 from fedhet.models.masks import nested_prefix_masks
 
@@ -106,7 +106,7 @@ def small_config(**params) -> ExperimentConfig:
 
 
 def test_fedsac_masks_are_importance_prefixes_sized_by_contribution():
-    sim = Simulation(small_config(importance_every=2), standalone=STANDALONE)
+    sim = make_simulation(small_config(importance_every=2), reference_contributions=STANDALONE)
     sim.setup()
     strat = sim.strategy
     assert isinstance(strat, SubmodelStrategy) and strat.threshold_ratio(3) == 0.4
@@ -134,7 +134,7 @@ def test_fedsac_masks_are_importance_prefixes_sized_by_contribution():
 
 def test_fedsac_resume_and_state_round_trip(tmp_path):
     cfg = small_config(importance_every=3)
-    Simulation(cfg, run_dir=tmp_path / "full", standalone=STANDALONE).run()
+    make_simulation(cfg, run_dir=tmp_path / "full", reference_contributions=STANDALONE).run()
 
     class Stop(Exception):
         pass
@@ -144,17 +144,19 @@ def test_fedsac_resume_and_state_round_trip(tmp_path):
             raise Stop
 
     with pytest.raises(Stop):
-        Simulation(cfg, run_dir=tmp_path / "cut", progress=stop_at_4, standalone=STANDALONE).run()
+        make_simulation(
+            cfg, run_dir=tmp_path / "cut", progress=stop_at_4, reference_contributions=STANDALONE
+        ).run()
     shutil.rmtree(tmp_path / "cut" / "checkpoints" / "round_00004")
-    Simulation(cfg, run_dir=tmp_path / "cut", resume=True, standalone=STANDALONE).run()
+    make_simulation(cfg, run_dir=tmp_path / "cut", resume=True, reference_contributions=STANDALONE).run()
     assert (tmp_path / "cut" / "metrics.jsonl").read_text() == (
         tmp_path / "full" / "metrics.jsonl"
     ).read_text()
-    sim = Simulation(cfg, standalone=STANDALONE)
+    sim = make_simulation(cfg, reference_contributions=STANDALONE)
     sim.setup()
     for rnd in (1, 2, 3):
         sim.train_round(rnd)
-    other = Simulation(cfg, standalone=STANDALONE)
+    other = make_simulation(cfg, reference_contributions=STANDALONE)
     other.setup()
     other.strategy.load_state_dict(sim.strategy.state_dict())
     assert torch.equal(other.strategy.importance, sim.strategy.importance)
@@ -166,7 +168,7 @@ def test_fedsac_end_to_end_run_is_labelled_a_reimplementation(tmp_path):
     cfg = small_config()
     cfg.data.clients = 4
     cfg.data.split_params = {"samples_per_client": 300}
-    summary = Simulation(cfg, run_dir=tmp_path / "run").run()  # standalone computed by the engine
+    summary = make_simulation(cfg, run_dir=tmp_path / "run").run()  # standalone computed by the engine
     assert summary["final"]["accuracy"] > 0.3
     assert {"fairness_pearson", "bcf_rate", "bcf_rate_code"} <= set(summary["final"])
     assert (tmp_path / "run" / "figures" / "rewards_vs_standalone.png").stat().st_size > 1000

@@ -9,19 +9,21 @@ import pytest
 import torch
 
 from fedhet.algorithms import build_strategy
+from fedhet.algorithms.fedavg import SGDTrainer
 from fedhet.algorithms.fixmatch import (
     FixMatchTrainer,
     IndexStream,
     SemiSupervisedSettings,
     masked_kl_divergence,
+    pool_metrics,
     pseudo_targets,
-    split_server_tensors,
 )
 from fedhet.config import ExperimentConfig
-from fedhet.engine import checkpoint as ckpt
-from fedhet.engine.protocol import ClientState, Reply, TrainContext
-from fedhet.engine.simulation import Simulation, derived_torch_generator
+from fedhet.engine.protocol import Reply
+from fedhet.engine.simulation import derived_torch_generator
 from fedhet.errors import ConfigError
+from fedhet.experiment import make_simulation
+from support import local_update, prepared_update
 
 torch.set_num_threads(1)
 
@@ -99,11 +101,6 @@ def test_settings_round_trip_and_validation():
         build_strategy("sage", {"mask": "teacher"})
 
 
-def test_server_tensors_are_split_from_the_model_weights():
-    model, extra = split_server_tensors({"a": torch.ones(1), "server.proxyfl.prior": torch.zeros(3)})
-    assert list(model) == ["a"] and list(extra) == ["proxyfl.prior"]
-
-
 # -- batches and epochs --------------------------------------------------------------------------------------
 def test_index_stream_passes_over_every_index_once_per_permutation():
     stream = IndexStream(torch.arange(5), torch.Generator().manual_seed(0))
@@ -114,7 +111,7 @@ def test_index_stream_passes_over_every_index_once_per_permutation():
 
 
 def client_setup(method: str = "fixmatch-gpl", **params):
-    sim = Simulation(tiny_config(method, **params))
+    sim = make_simulation(tiny_config(method, **params))
     sim.setup()
     return sim
 
@@ -124,12 +121,12 @@ def test_epochs_are_floor_of_unlabeled_over_batch_and_local_steps_override():
     cfg = sim.cfg
     data = sim.fed.clients[0]
     cfg.train.local_steps, cfg.train.local_epochs = None, 2.0
-    ctx = TrainContext(1, torch.Generator().manual_seed(0), sim.device, cfg.train, sim.initial_weights)
+    u = prepared_update(sim.trainer, sim.work_model, data, sim.strategy.configure(1, [0])[0], cfg.train)
     unlabeled = int(data.unlabeled_indices.numel())
     assert unlabeled > data.num_examples  # U_i holds the unlabeled samples and the labeled copies
-    assert sim.trainer.num_steps(data, ctx) == 2 * (unlabeled // cfg.train.batch_size)
+    assert sim.trainer.num_steps(u) == 2 * (unlabeled // cfg.train.batch_size)
     cfg.train.local_steps = 3
-    assert sim.trainer.num_steps(data, ctx) == 3
+    assert sim.trainer.num_steps(u) == 3
 
 
 def test_batches_have_labeled_and_mu_unlabeled_views_and_mark_the_last_epoch():
@@ -140,9 +137,8 @@ def test_batches_have_labeled_and_mu_unlabeled_views_and_mark_the_last_epoch():
     ins = sim.strategy.configure(1, [1])[1]
     cfg.train.local_steps = None
     cfg.train.local_epochs = 2.0
-    ctx = TrainContext(1, torch.Generator().manual_seed(0), sim.device, cfg.train, sim.initial_weights)
-    trainer.prepare(sim.work_model, data, ins, ClientState(cid=1), ctx)
-    batches = list(trainer.batches(data, ctx))
+    u = prepared_update(trainer, sim.work_model, data, ins, cfg.train)
+    batches = list(trainer.batches(u))
     per_epoch = int(data.unlabeled_indices.numel()) // cfg.train.batch_size
     assert len(batches) == 2 * per_epoch
     assert [b.last_epoch for b in batches] == [False] * per_epoch + [True] * per_epoch
@@ -154,12 +150,7 @@ def test_batches_have_labeled_and_mu_unlabeled_views_and_mark_the_last_epoch():
     # normalised model inputs, not raw [0, 1] images
     assert float(b.weak.min()) < 0.0
     # same generator seed -> same batches
-    again = list(
-        trainer.batches(
-            data,
-            TrainContext(1, torch.Generator().manual_seed(0), sim.device, cfg.train, sim.initial_weights),
-        )
-    )
+    again = list(trainer.batches(prepared_update(trainer, sim.work_model, data, ins, cfg.train)))
     assert torch.equal(again[3].strong, batches[3].strong)
 
 
@@ -175,19 +166,16 @@ def test_one_concatenated_forward_and_one_teacher_forward_per_step(monkeypatch):
 
     model.conv1.register_forward_hook(count_local)
     ins = sim.strategy.configure(1, [0])[0]
-    ins.config["lr"] = 0.1
-    ctx = TrainContext(
-        1, derived_torch_generator(0, "client", 1, 0), sim.device, sim.cfg.train, sim.initial_weights
-    )
     teacher_calls = {"n": 0}
     real_global = FixMatchTrainer.global_predictions
 
-    def counting_global(self, batch):
+    def counting_global(self, u, batch):
         teacher_calls["n"] += 1
-        return real_global(self, batch)
+        return real_global(self, u, batch)
 
     monkeypatch.setattr(FixMatchTrainer, "global_predictions", counting_global)
-    reply = sim.trainer.fit(model, sim.fed.clients[0], ins, ClientState(cid=0), ctx)
+    generator = derived_torch_generator(0, "client", 1, 0)
+    reply, _ = local_update(sim.trainer, model, sim.fed.clients[0], ins, sim.cfg.train, generator=generator)
     assert calls["local"] == 2 and teacher_calls["n"] == 2  # local_steps = 2
     data = sim.fed.clients[0]
     assert reply.num_examples == data.num_examples + int(data.unlabeled_indices.numel())
@@ -196,26 +184,30 @@ def test_one_concatenated_forward_and_one_teacher_forward_per_step(monkeypatch):
 
 
 def test_shared_optimizer_quirk_carries_momentum_across_clients():
-    for shared in (False, True):
-        sim = client_setup(shared_optimizer=shared)
+    for shared_optimizer in (False, True):
+        sim = client_setup(shared_optimizer=shared_optimizer)
         ins = sim.strategy.configure(1, [0, 1])
-        ctx = TrainContext(
-            1, torch.Generator().manual_seed(0), sim.device, sim.cfg.train, sim.initial_weights
-        )
-        for cid in (0, 1):
-            ins[cid].config["lr"] = 0.1
-        sim.trainer.fit(sim.work_model, sim.fed.clients[0], ins[0], ClientState(cid=0), ctx)
-        after_first = sim.trainer._optimizer.state_dict()["state"]
-        opt = sim.trainer.make_optimizer(sim.work_model, ins[1], ctx)
-        state = opt.state_dict()["state"]
-        if shared:
+        shared: dict = {}  # the simulation's memory shared by all clients
+        trainer, model, train = sim.trainer, sim.work_model, sim.cfg.train
+        local_update(trainer, model, sim.fed.clients[0], ins[0], train, shared=shared)
+        u = prepared_update(trainer, model, sim.fed.clients[1], ins[1], train)
+        u.context.shared = shared
+        state = trainer.make_optimizer(u).state_dict()["state"]
+        if shared_optimizer:
+            after_first = shared["fixmatch.optimizer"]["state"]
             assert len(state) == len(after_first) > 0
             assert torch.equal(state[0]["momentum_buffer"], after_first[0]["momentum_buffer"])
         else:
-            assert state == {}
+            assert state == {} and shared == {}
+    # a transport without shared memory refuses the quirk, and the strategy declares it
+    assert sim.strategy.simulation_only() and not client_setup().strategy.simulation_only()
+    u = prepared_update(SGDTrainer(), model, sim.fed.clients[0], ins[0], train)
+    u.context.shared = None
+    with pytest.raises(ConfigError, match="simulation"):
+        trainer.prepare(u)
 
 
-def test_round_metrics_pool_pseudo_label_counts_and_state_round_trips(tmp_path):
+def test_round_metrics_pool_pseudo_label_counts():
     strategy = build_strategy("fixmatch-lpl", {})
     replies = {
         0: Reply(
@@ -241,18 +233,13 @@ def test_round_metrics_pool_pseudo_label_counts_and_state_round_trips(tmp_path):
             },
         ),
     }
-    record = strategy.pool_metrics(7, replies)
+    record = pool_metrics(replies)
     assert record["pseudo_label_accuracy"] == pytest.approx(30 / 40)
     assert record["unlabeled_used_fraction"] == pytest.approx(20 / 40)
     assert record["pseudo_label_accuracy_used"] == pytest.approx(18 / 20)
     assert record["loss_unlabeled"] == pytest.approx(2.0)
-    sim = client_setup("fixmatch-lpl")
-    strategy = sim.strategy
-    strategy.history = [record]
-    ckpt.save_checkpoint(tmp_path / "ck", {"s": strategy.state_dict()})
-    other = client_setup("fixmatch-lpl").strategy
-    other.load_state_dict(ckpt.load_checkpoint(tmp_path / "ck")["s"])
-    assert other.history == [record]
+    strategy.before_aggregate(7, replies)
+    assert strategy.round_metrics(7) == record
 
 
 # -- end to end ----------------------------------------------------------------------------------------------
@@ -268,7 +255,7 @@ def test_round_metrics_pool_pseudo_label_counts_and_state_round_trips(tmp_path):
 )
 def test_tiny_end_to_end_runs(tmp_path, method, params):
     cfg = tiny_config(method, **params)
-    summary = Simulation(cfg, run_dir=tmp_path / "run").run()
+    summary = make_simulation(cfg, run_dir=tmp_path / "run").run()
     assert 0.0 <= summary["final"]["accuracy"] <= 1.0
     if not method.startswith("fedavg") and params.get("unlabeled_ratio", 2) > 0:
         assert (tmp_path / "run" / "fssl_rounds.csv").is_file()
@@ -278,17 +265,16 @@ def test_tiny_end_to_end_runs(tmp_path, method, params):
 def test_fully_supervised_trains_on_all_samples_with_true_labels():
     sim = client_setup("fedavg-full")
     data = sim.fed.clients[0]
-    ctx = TrainContext(1, torch.Generator().manual_seed(0), sim.device, sim.cfg.train, sim.initial_weights)
+    ins = sim.strategy.configure(1, [0])[0]
+    u = prepared_update(sim.trainer, sim.work_model, data, ins, sim.cfg.train)
     seen = set()
     sim.cfg.train.local_steps = 40
-    for x, y in sim.trainer.batches(data, ctx):
+    for x, y in sim.trainer.batches(u):
         assert x.shape[0] == sim.cfg.train.batch_size
         seen.update(y.tolist())
     assert len(seen) > len(set(data.labels[data.indices].tolist())) or len(seen) == 10
-    ins = sim.strategy.configure(1, [0])[0]
-    ins.config["lr"] = 0.1
     sim.cfg.train.local_steps = 1
-    reply = sim.trainer.fit(sim.work_model, data, ins, ClientState(cid=0), ctx)
+    reply, _ = local_update(sim.trainer, sim.work_model, data, ins, sim.cfg.train)
     assert reply.num_examples == int(data.unlabeled_indices.numel())
 
 
@@ -297,20 +283,20 @@ def test_labeled_only_trains_on_the_labeled_set_with_the_weak_view():
     data = sim.fed.clients[0]
     cfg = sim.cfg
     cfg.train.local_steps, cfg.train.local_epochs = None, 2.0
-    ctx = TrainContext(1, torch.Generator().manual_seed(0), sim.device, cfg.train, sim.initial_weights)
-    assert sim.trainer.num_steps(data, ctx) == 2 * max(1, data.num_examples // cfg.train.batch_size)
+    ins = sim.strategy.configure(1, [0])[0]
+    u = prepared_update(sim.trainer, sim.work_model, data, ins, cfg.train)
+    assert sim.trainer.num_steps(u) == 2 * max(1, data.num_examples // cfg.train.batch_size)
     cfg.train.local_steps = 6
     plain = data.normalize(data.inputs[data.indices])  # every labeled image, unaugmented, normalised
     labeled = set(data.labels[data.indices].tolist())
     augmented = 0
-    for x, y in sim.trainer.batches(data, ctx):
+    for x, y in sim.trainer.batches(u):
         assert set(y.tolist()) <= labeled  # only the labeled set's classes
         # a batch image equals its plain version only if neither flip nor crop moved it
         augmented += sum(not any(torch.equal(img, p) for p in plain) for img in x)
     assert augmented > 0
-    ins = sim.strategy.configure(1, [0])[0]
     cfg.train.local_steps = 1
-    reply = sim.trainer.fit(sim.work_model, data, ins, ClientState(cid=0), ctx)
+    reply, _ = local_update(sim.trainer, sim.work_model, data, ins, cfg.train)
     assert reply.num_examples == data.num_examples  # n_i = |L_i|
 
 
@@ -341,7 +327,7 @@ def ssl_config(unlabeled_weight: float) -> ExperimentConfig:
 
 
 def last_rounds_accuracy(unlabeled_weight: float) -> float:
-    sim = Simulation(ssl_config(unlabeled_weight))
+    sim = make_simulation(ssl_config(unlabeled_weight))
     sim.run()
     return sum(h["accuracy"] for h in sim.history[-3:]) / 3
 

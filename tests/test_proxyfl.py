@@ -26,9 +26,10 @@ from fedhet.algorithms.proxyfl import (
 from fedhet.config import ExperimentConfig, load_config
 from fedhet.engine import checkpoint as ckpt
 from fedhet.engine.protocol import Reply
-from fedhet.engine.simulation import Simulation
 from fedhet.errors import ConfigError
+from fedhet.experiment import make_simulation
 from fedhet.models import build_model
+from support import aggregate_round
 
 torch.set_num_threads(1)
 CONFIGS = Path(__file__).resolve().parents[1] / "configs" / "proxyfl"
@@ -221,17 +222,18 @@ def fake_replies(model, num_classes: int, seed: int = 0) -> dict[int, Reply]:
 
 
 def test_strategy_sends_the_prior_and_updates_it_from_class_counts(tmp_path):
-    sim = Simulation(tiny_config())
+    sim = make_simulation(tiny_config())
     sim.setup()
     strategy: ProxyFL = sim.strategy
     ins = strategy.configure(1, [0, 1])
-    prior = ins[0].weights["server.proxyfl.prior"]
+    prior = ins[0].payload["proxyfl.prior"]
+    assert "proxyfl.prior" not in ins[0].weights  # extra tensors travel beside the model, not in it
     assert prior.tolist() == pytest.approx([0.1] * 10)
     assert ins[0].config["fssl.mask"] == "or" and ins[0].config["fssl.pseudo_labels"] == "global"
     replies = fake_replies(strategy.model, 10)
     averaged_head = torch.stack([r.weights["head.weight"] for r in replies.values()]).mean(0)
     averaged_bias = torch.stack([r.weights["head.bias"] for r in replies.values()]).mean(0)
-    strategy.aggregate(1, replies)
+    aggregate_round(strategy, 1, replies)
     expected = [0.99 * 0.1 + 0.01 * (0.5 if k in (0, 3) else 0.0) for k in range(10)]
     assert strategy.prior.tolist() == pytest.approx(expected)
     assert not torch.allclose(strategy.model.head.weight, averaged_head)  # GPT changed the proxies
@@ -240,7 +242,7 @@ def test_strategy_sends_the_prior_and_updates_it_from_class_counts(tmp_path):
     assert metrics["global_prior"] == pytest.approx(expected)
     assert metrics["gpt_loss_after"] < metrics["gpt_loss_before"]
     # next round sends the updated prior
-    assert strategy.configure(2, [1])[1].weights["server.proxyfl.prior"].tolist() == pytest.approx(expected)
+    assert strategy.configure(2, [1])[1].payload["proxyfl.prior"].tolist() == pytest.approx(expected)
 
 
 def test_inflated_labeled_weights_quirk():
@@ -252,17 +254,16 @@ def test_inflated_labeled_weights_quirk():
 
 
 def test_state_dict_round_trips_through_a_checkpoint(tmp_path):
-    sim = Simulation(tiny_config())
+    sim = make_simulation(tiny_config())
     sim.setup()
     strategy = sim.strategy
-    strategy.aggregate(1, fake_replies(strategy.model, 10))
-    strategy.aggregate(2, fake_replies(strategy.model, 10, seed=1))
+    aggregate_round(strategy, 1, fake_replies(strategy.model, 10))
+    aggregate_round(strategy, 2, fake_replies(strategy.model, 10, seed=1))
     ckpt.save_checkpoint(tmp_path / "ck", {"strategy": strategy.state_dict()})
-    other = Simulation(tiny_config())
+    other = make_simulation(tiny_config())
     other.setup()
     other.strategy.load_state_dict(ckpt.load_checkpoint(tmp_path / "ck")["strategy"])
     assert torch.equal(other.strategy.prior, strategy.prior)
-    assert other.strategy.history == strategy.history
     for k, v in strategy.model.state_dict().items():
         assert torch.equal(other.strategy.model.state_dict()[k], v)
 
@@ -277,7 +278,7 @@ def test_invalid_options_are_config_errors():
     cfg = tiny_config()
     cfg.model.name, cfg.model.params = "mlp", {}
     with pytest.raises(ConfigError, match="feat_proj"):
-        Simulation(cfg).setup()
+        make_simulation(cfg).setup()
 
 
 # -- end to end --------------------------------------------------------------------------------------------
@@ -291,7 +292,7 @@ def test_invalid_options_are_config_errors():
 )
 def test_proxyfl_runs_end_to_end_and_writes_its_reports(tmp_path, params):
     cfg = tiny_config(**params)
-    summary = Simulation(cfg, run_dir=tmp_path / "run").run()
+    summary = make_simulation(cfg, run_dir=tmp_path / "run").run()
     assert 0.0 <= summary["final"]["accuracy"] <= 1.0
     lines = [json.loads(s) for s in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     assert len(lines) == 3
@@ -315,13 +316,13 @@ def test_proxyfl_runs_end_to_end_and_writes_its_reports(tmp_path, params):
 def test_normalization_mismatch_needs_rgb_data():
     cfg = tiny_config(normalization_mismatch=True)
     with pytest.raises(ConfigError, match="normalization_mismatch"):
-        Simulation(cfg).run()
+        make_simulation(cfg).run()
 
 
 @pytest.mark.slow
 def test_interrupted_proxyfl_run_resumes_with_identical_results(tmp_path):
     cfg = tiny_config()
-    Simulation(cfg, run_dir=tmp_path / "full").run()
+    make_simulation(cfg, run_dir=tmp_path / "full").run()
 
     class Stop(Exception):
         pass
@@ -331,9 +332,9 @@ def test_interrupted_proxyfl_run_resumes_with_identical_results(tmp_path):
             raise Stop
 
     with pytest.raises(Stop):
-        Simulation(cfg, run_dir=tmp_path / "cut", progress=stop_at_2).run()
+        make_simulation(cfg, run_dir=tmp_path / "cut", progress=stop_at_2).run()
     shutil.rmtree(tmp_path / "cut" / "checkpoints" / "round_00002")
-    Simulation(cfg, run_dir=tmp_path / "cut", resume=True).run()
+    make_simulation(cfg, run_dir=tmp_path / "cut", resume=True).run()
     assert (tmp_path / "cut" / "metrics.jsonl").read_text() == (
         tmp_path / "full" / "metrics.jsonl"
     ).read_text()

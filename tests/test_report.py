@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from fedhet.report import method_curves, moving_average, plot_metric_curves
+from fedhet.report.figures import method_curves, moving_average, plot_metric_curves
 
 
 def _run(method: str, seed: int, values: dict[int, float]) -> dict:

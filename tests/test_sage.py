@@ -10,8 +10,8 @@ import torch
 from fedhet.algorithms import build_strategy
 from fedhet.algorithms.sage import DEFAULT_DISCREPANCY_SCALE, sage_targets
 from fedhet.config import ExperimentConfig
-from fedhet.engine.simulation import Simulation
 from fedhet.errors import ConfigError
+from fedhet.experiment import make_simulation
 
 torch.set_num_threads(1)
 
@@ -58,7 +58,7 @@ def test_sage_runs_end_to_end(tmp_path):
     cfg.train.rounds, cfg.train.clients_per_round, cfg.train.local_steps, cfg.train.batch_size = 2, 2, 2, 8
     cfg.eval.fairness, cfg.eval.rewards = False, False
     cfg.method.name, cfg.method.params = "sage", {"threshold": 0.3}
-    summary = Simulation(cfg, run_dir=tmp_path / "run").run()
+    summary = make_simulation(cfg, run_dir=tmp_path / "run").run()
     assert 0.0 <= summary["final"]["accuracy"] <= 1.0
     rows = (tmp_path / "run" / "fssl_rounds.csv").read_text().splitlines()
     assert len(rows) == 3 and "unlabeled_used_fraction" in rows[0]

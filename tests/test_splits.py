@@ -446,7 +446,7 @@ def test_holdout_validation() -> None:
 def test_plot_class_counts(tmp_path, fmnist: np.ndarray) -> None:
     from PIL import Image
 
-    from fedhet.plotting import plot_class_counts
+    from fedhet.report.figures import plot_class_counts
 
     counts = make_partition("dirichlet-per-client", fmnist, 10, 0).class_counts(fmnist, 10)
     out = tmp_path / "figs" / "counts.png"

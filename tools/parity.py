@@ -24,7 +24,18 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 
-SUPERVISED = ("fedavg", "standalone", "celm", "celm-rs", "fedrs", "fedprox", "cffl", "cgsv", "shapfed", "iafl")
+SUPERVISED = (
+    "fedavg",
+    "standalone",
+    "celm",
+    "celm-rs",
+    "fedrs",
+    "fedprox",
+    "cffl",
+    "cgsv",
+    "shapfed",
+    "iafl",
+)
 SUBMODEL = ("fedrac", "fedrac-fixed-ratio", "fedrac-random-masks", "fedsac")
 SEMI_SUPERVISED = (
     "fedavg-labeled",
@@ -171,7 +182,10 @@ def record(out: Path, only: list[str] | None) -> int:
 
 
 #: Files whose content holds wall-clock times: compared with those fields removed.
-TIMED = {"summary.json": ("wall_time_s", "run_dir"), "fairness_summary.json": ("candidate_eval_seconds_mean",)}
+TIMED = {
+    "summary.json": ("wall_time_s", "run_dir"),
+    "fairness_summary.json": ("candidate_eval_seconds_mean",),
+}
 
 
 def _content(path: Path) -> bytes:
@@ -199,7 +213,11 @@ def compare(before: Path, after: Path) -> int:
         names = {p.relative_to(run) for p in run.rglob("*") if p.is_file()}
         names |= {p.relative_to(other) for p in other.rglob("*") if p.is_file()} if other.is_dir() else set()
         for rel in sorted(names, key=str):
-            if rel.name in ("metrics.jsonl", "timings.jsonl") or rel.suffix == ".png" or "checkpoints" in rel.parts:
+            if (
+                rel.name in ("metrics.jsonl", "timings.jsonl")
+                or rel.suffix == ".png"
+                or "checkpoints" in rel.parts
+            ):
                 continue
             a, b = run / rel, other / rel
             if not a.is_file():
@@ -214,7 +232,9 @@ def compare(before: Path, after: Path) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     sub = parser.add_subparsers(dest="command", required=True)
     rec = sub.add_parser("record", help="run the tiny scenarios into OUT_DIR")
     rec.add_argument("out", type=Path)

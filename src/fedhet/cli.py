@@ -182,7 +182,7 @@ def cmd_partition(args: argparse.Namespace) -> int:
     )
     counts = part.class_counts(labels, ds.num_classes)
     if args.plot:
-        from fedhet.plotting import plot_class_counts
+        from fedhet.report.figures import plot_class_counts
 
         plot_class_counts(
             counts,
@@ -223,7 +223,7 @@ def _default_run_dir(cfg: Any, prefix: str = "") -> Path:
 def cmd_run(args: argparse.Namespace) -> int:
     from fedhet.algorithms import build_strategy
     from fedhet.config import load_config
-    from fedhet.engine.simulation import Simulation
+    from fedhet.experiment import make_simulation, needs_reference, standalone_accuracies
 
     console = _console(args)
     if args.resume:
@@ -235,10 +235,21 @@ def cmd_run(args: argparse.Namespace) -> int:
     else:
         cfg = _build_config(args)
         run_dir = Path(args.out) if args.out else _default_run_dir(cfg)
-    build_strategy(cfg.method.name, cfg.method.params)  # a bad method or parameter fails before the bar
+    strategy = build_strategy(cfg.method.name, cfg.method.params)  # a bad method fails before the bar
     with RunProgress(console, enabled=not args.quiet) as prog:
+        reference = None
+        if needs_reference(cfg, strategy):  # the standalone pre-pass (cached), with its own bar
+            bar = prog.callback(f"standalone seed {cfg.seed} (reference accuracies)", cfg.train.rounds)
+            reference = standalone_accuracies(cfg, progress=bar)
         cb = prog.callback(f"{cfg.method.name} seed {cfg.seed}", cfg.train.rounds)
-        summary = Simulation(cfg, run_dir=run_dir, progress=cb, resume=bool(args.resume)).run()
+        summary = make_simulation(
+            cfg,
+            run_dir=run_dir,
+            progress=cb,
+            resume=bool(args.resume),
+            strategy=strategy,
+            reference_contributions=reference,
+        ).run()
     if args.json:
         from fedhet.engine.simulation import _jsonable
 
@@ -447,8 +458,13 @@ def print_compare_table(console, rows: list[dict[str, Any]], title: str = "") ->
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    from fedhet.report import write_report
+    from fedhet.report import find_runs, write_report
 
+    if args.fairness:
+        from fedhet.report.fairness import fairness_table
+
+        print(fairness_table(find_runs([Path(p) for p in args.run_dirs]), last=args.last))
+        return 0
     out = Path(args.out) if args.out else Path("report.md")
     path = write_report([Path(p) for p in args.run_dirs], out, title=args.title)
     print(f"report written to {path}")
@@ -575,6 +591,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("run_dirs", nargs="+", help="run or compare directories")
     p.add_argument("--out", help="report file (default report.md)")
     p.add_argument("--title")
+    p.add_argument(
+        "--fairness",
+        action="store_true",
+        help="print fairness, BCF rates and accuracy (best / final / last-K mean) per run and per method",
+    )
+    p.add_argument("--last", type=int, default=100, metavar="K", help="the window of --fairness (rounds)")
     p.set_defaults(func=cmd_report)
 
     p = sub.add_parser("reproduce", help="run a published table and print our numbers beside the paper's")

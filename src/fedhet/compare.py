@@ -28,13 +28,14 @@ import numpy as np
 from fedhet.algorithms import accepted_params, build_strategy, strategy_class
 from fedhet.config import ExperimentConfig, apply_override, load_config
 from fedhet.engine import checkpoint as ckpt
-from fedhet.engine.simulation import (
-    Simulation,
+from fedhet.errors import FedhetError
+from fedhet.experiment import (
+    make_simulation,
+    needs_reference,
     standalone_accuracies,
     standalone_key,
     store_standalone_accuracies,
 )
-from fedhet.errors import FedhetError
 
 log = logging.getLogger("fedhet.compare")
 
@@ -59,9 +60,7 @@ def method_config(
 
 
 def _needs_standalone(cfg: ExperimentConfig) -> bool:
-    if cfg.eval.fairness is False or cfg.method.name == "standalone":
-        return False
-    return cfg.eval.fairness is True or build_strategy(cfg.method.name, cfg.method.params).has_rewards()
+    return needs_reference(cfg, build_strategy(cfg.method.name, cfg.method.params))
 
 
 @dataclass
@@ -88,7 +87,8 @@ class PlannedRun:
     def provides_standalone(self) -> bool:
         """Whether this cell is itself the standalone run that fairness metrics need (a 'standalone'
         cell without client dropout, which the standalone cache ignores)."""
-        return self.method == "standalone" and self.cfg.train.client_dropout == 0
+        cls = strategy_class(self.method)
+        return cls.rewards_are_reference and not self.cfg.method.params and self.cfg.train.client_dropout == 0
 
 
 def remember_standalone(run: PlannedRun, summary: dict[str, Any]) -> None:
@@ -135,8 +135,8 @@ def execute_run(
     resume = run.may_resume and resumable(run.cfg, run.run_dir)
     if resume:
         log.info("resuming %s from its last checkpoint", run.label)
-    return Simulation(
-        run.cfg, run_dir=run.run_dir, progress=progress, standalone=standalone, resume=resume
+    return make_simulation(
+        run.cfg, run_dir=run.run_dir, progress=progress, reference_contributions=standalone, resume=resume
     ).run()
 
 

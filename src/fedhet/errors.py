@@ -24,3 +24,7 @@ class ClientUpdateError(FedhetError, ValueError):
 
 class CheckpointError(FedhetError, OSError):
     """A checkpoint cannot be written or read back."""
+
+
+class ProtocolError(FedhetError, ValueError):
+    """A message breaks the protocol between server and client (e.g. an instruction it cannot follow)."""

@@ -54,16 +54,15 @@ from fedhet.algorithms.own_model import (
     UPLOAD_CRITERIA,
     OwnModelStrategy,
     add_update,
-    check_choice,
-    check_number,
     class_presence,
     count_entries,
     topk_global,
     topk_per_layer,
     weighted_sum,
 )
-from fedhet.engine.protocol import Reply, Weights
-from fedhet.errors import ConfigError
+from fedhet.algorithms.params import check_choice, check_flag, check_number
+from fedhet.engine.evaluation import accuracy_of
+from fedhet.engine.protocol import FederationInfo, Reply, Weights
 
 AGGREGATIONS = ("mean", "sum")
 
@@ -151,11 +150,8 @@ class CFFL(OwnModelStrategy):
             high_open=True,
             hint="α of r ← sinh(α r); the paper uses 5",
         )
-        for key, value in (("alpha_decay", alpha_decay), ("class_imbalance", class_imbalance)):
-            if not isinstance(value, bool):
-                raise ConfigError(f"method.params.{key}={value!r} must be true or false")
-        self.alpha_decay = alpha_decay
-        self.class_imbalance = class_imbalance
+        self.alpha_decay = check_flag("alpha_decay", alpha_decay)
+        self.class_imbalance = check_flag("class_imbalance", class_imbalance)
         self.reputation_momentum = check_number(
             "reputation_momentum", reputation_momentum, 0.0, 1.0, high_open=True
         )
@@ -171,17 +167,25 @@ class CFFL(OwnModelStrategy):
         )
         self.aggregation = check_choice("aggregation", aggregation, AGGREGATIONS)
 
-    def setup(self, ctx: Any) -> None:
-        if ctx.validation is None:
-            raise ConfigError(
-                "method 'cffl' scores every upload on a server validation set, but there is none: set "
-                "data.validation_fraction (e.g. --set data.validation_fraction=0.1)"
-            )
-        super().setup(ctx)
-        n = ctx.num_clients
+    def requirements(self) -> frozenset[str]:
+        """Every upload is scored on the server's validation set (data.validation_fraction)."""
+        return frozenset({"validation"})
+
+    def setup(self, info: FederationInfo) -> None:
+        super().setup(info)
+        n = info.num_clients
+        self.reputations = np.zeros(n)
+        self.reputable = list(range(n))
+        self.threshold = self.threshold_coef / n
+        self.last_scores = np.full(n, np.nan)
+
+    def receive_descriptions(self, descriptions: Mapping[int, Reply]) -> None:
+        """Aggregation and download sizes from the self-reported sample (or class) counts."""
+        super().receive_descriptions(descriptions)
+        n = self.info.num_clients
         if self.class_imbalance:
-            classes = class_presence(ctx.client_class_counts)
-            self.aggregation_weights_ = classes / ctx.num_classes
+            classes = class_presence(self.class_counts)
+            self.aggregation_weights_ = classes / self.info.num_classes
             self.size_fraction = classes / max(classes.max(), 1.0)
         else:
             total = max(self.sizes.sum(), 1.0)
@@ -192,10 +196,6 @@ class CFFL(OwnModelStrategy):
             self.subtract_weight = np.ones(n)
         else:
             self.subtract_weight = self.size_fraction.copy()
-        self.reputations = np.zeros(n)
-        self.reputable = list(range(n))
-        self.threshold = self.threshold_coef / n
-        self.last_scores = np.full(n, np.nan)
 
     def client_config(self, rnd: int, cid: int) -> dict[str, Any]:
         cfg: dict[str, Any] = {
@@ -207,15 +207,19 @@ class CFFL(OwnModelStrategy):
             cfg["update_clip"] = self.update_clip
         return cfg
 
+    def validation_score(self, model) -> float:
+        """v_i: the accuracy of ``model`` (server model + upload) on the server's validation set."""
+        x_val, y_val = self.info.validation
+        return accuracy_of(model, x_val, y_val, self.info.eval_batch_size)
+
     def server_round(
         self, rnd: int, starts: dict[int, Weights], updates: dict[int, Weights], replies: dict[int, Reply]
     ) -> None:
-        n = self.ctx.num_clients
+        n = self.info.num_clients
         ids = sorted(updates)
         # 2. one-on-one validation scores
-        x_val, y_val = self.ctx.validation
         scores = np.full(n, np.nan)
-        scratch = self._scratch_model()
+        scratch = self.scratch_model()
         global_sd = self.model.state_dict()
         for cid in ids:
             weights = (
@@ -224,13 +228,13 @@ class CFFL(OwnModelStrategy):
                 else add_update(global_sd, updates[cid])
             )
             scratch.load_state_dict(weights)
-            scores[cid] = self.ctx.evaluate(scratch, x_val, y_val)
+            scores[cid] = self.validation_score(scratch)
         self.last_scores = scores
         scored = ~np.isnan(scores)
         # 3. reputations
         sharpness = self.reputation_sharpness
         if self.alpha_decay:
-            sharpness *= 1.0 + (rnd - 1) / self.ctx.rounds
+            sharpness *= 1.0 + (rnd - 1) / self.info.rounds
         self.reputations, self.reputable, self.threshold = cffl_reputation_update(
             self.reputations,
             self.reputable,
@@ -274,7 +278,7 @@ class CFFL(OwnModelStrategy):
 
     def client_columns(self) -> dict[str, Sequence[float]]:
         cols = super().client_columns()
-        cols["reputable"] = [int(c in self.reputable) for c in range(self.ctx.num_clients)]
+        cols["reputable"] = [int(c in self.reputable) for c in range(self.info.num_clients)]
         cols["last_validation_accuracy"] = [v if math.isfinite(v) else "" for v in self.last_scores.tolist()]
         return cols
 

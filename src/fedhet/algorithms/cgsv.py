@@ -41,16 +41,14 @@ import numpy as np
 
 from fedhet.algorithms.own_model import (
     OwnModelStrategy,
-    check_choice,
-    check_number,
     cosine,
     flatten,
     normalise_update,
     topk_per_layer,
     weighted_sum,
 )
-from fedhet.engine.protocol import Reply, Weights
-from fedhet.errors import ConfigError
+from fedhet.algorithms.params import check_choice, check_flag, check_number
+from fedhet.engine.protocol import FederationInfo, Reply, Weights
 
 NORMALIZATIONS = ("scale", "clip")
 
@@ -124,21 +122,18 @@ class CGSV(OwnModelStrategy):
         )
         self.reputation_floor = check_number("reputation_floor", reputation_floor, 0.0, 1.0, low_open=True)
         self.normalization = check_choice("normalization", normalization, NORMALIZATIONS)
-        for key, value in (("sparsify", sparsify), ("keep_local_update", keep_local_update)):
-            if not isinstance(value, bool):
-                raise ConfigError(f"method.params.{key}={value!r} must be true or false")
-        self.sparsify = sparsify
-        self.local_update = "keep" if keep_local_update else "reset"
+        self.sparsify = check_flag("sparsify", sparsify)
+        self.local_update = "keep" if check_flag("keep_local_update", keep_local_update) else "reset"
         self.reputations: np.ndarray | None = None
         self.last_scores: np.ndarray | None = None
         self.reward_fractions: np.ndarray | None = None
 
-    def setup(self, ctx: Any) -> None:
-        super().setup(ctx)
+    def setup(self, info: FederationInfo) -> None:
+        super().setup(info)
         # r starts at 0 (the reference's torch.zeros); the first round aggregates with data shares.
-        self.reputations = np.zeros(ctx.num_clients)
-        self.last_scores = np.zeros(ctx.num_clients)
-        self.reward_fractions = np.ones(ctx.num_clients)
+        self.reputations = np.zeros(info.num_clients)
+        self.last_scores = np.zeros(info.num_clients)
+        self.reward_fractions = np.ones(info.num_clients)
 
     def server_round(
         self, rnd: int, starts: dict[int, Weights], updates: dict[int, Weights], replies: dict[int, Reply]
@@ -157,17 +152,17 @@ class CGSV(OwnModelStrategy):
         u = weighted_sum(normed, w, self.float_keys)
         self.apply_to_global(u)
         flat_u = flatten(u, self.param_keys)
-        psi = np.zeros(self.ctx.num_clients)
+        psi = np.zeros(self.info.num_clients)
         for c, d in zip(ids, normed, strict=True):
             psi[c] = cosine(flatten(d, self.param_keys), flat_u)
-        mask = np.zeros(self.ctx.num_clients, dtype=bool)
+        mask = np.zeros(self.info.num_clients, dtype=bool)
         mask[ids] = True
         self.last_scores = psi
         self.reputations = cgsv_reputation_update(
             self.reputations, psi, self.reputation_momentum, self.reputation_floor, mask
         )
         self.reward_fractions = cgsv_reward_fractions(self.reputations, self.altruism)
-        for cid in range(self.ctx.num_clients):
+        for cid in range(self.info.num_clients):
             reward = (
                 topk_per_layer(u, float(self.reward_fractions[cid]), self.param_keys) if self.sparsify else u
             )

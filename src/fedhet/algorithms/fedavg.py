@@ -1,16 +1,284 @@
-"""FedAvg (McMahan et al., AISTATS 2017): the base every other method subclasses."""
+"""FedAvg (McMahan et al., AISTATS 2017) and the SGD trainer: the base every other method extends.
+
+:class:`SGDTrainer` is the client: supervised cross-entropy SGD whose hooks (``prepare``,
+``make_optimizer``, ``num_steps``, ``batches``, ``loss``, ``finish``, ``kept_weights``) all receive the one
+:class:`~fedhet.engine.protocol.LocalUpdate`. :class:`FedAvg` is the server: the global model, one
+instruction per client, the weighted average of the replies, and the hooks methods override.
+"""
 
 from __future__ import annotations
 
-from fedhet.engine.protocol import Strategy, Trainer
+import copy
+import math
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import torch
+from torch import Tensor, nn
+
+from fedhet.algorithms.params import check_choice
+from fedhet.engine.evaluation import accuracy_of
+from fedhet.engine.protocol import (
+    KEEP_CHOICES,
+    KEEP_KEY,
+    LR_KEY,
+    FederationInfo,
+    Instruction,
+    LocalUpdate,
+    Reply,
+    Strategy,
+    Trainer,
+    Weights,
+)
+from fedhet.engine.weights import clone_weights
+from fedhet.errors import ProtocolError
+
+
+# --------------------------------------------------------------------------------------------------------
+# Client: supervised SGD
+# --------------------------------------------------------------------------------------------------------
+class SGDTrainer(Trainer):
+    """Supervised cross-entropy SGD; methods override the hooks they change.
+
+    Hooks, in call order: :meth:`prepare`, :meth:`make_optimizer`, :meth:`batches` (sized by
+    :meth:`num_steps`), :meth:`loss` per step, :meth:`finish` (the reply), :meth:`kept_weights` (what the
+    client keeps, as ``Instruction.config['keep']`` says).
+    """
+
+    def prepare(self, u: LocalUpdate) -> None:
+        """Called once before local training (e.g. freeze a copy of the global model into ``u.scratch``)."""
+
+    def make_optimizer(self, u: LocalUpdate) -> torch.optim.Optimizer:
+        """SGD or Adam with the round's learning rate (``config['lr']``, set by the round loop)."""
+        cfg = u.context.train
+        if LR_KEY not in u.config:
+            raise ProtocolError(
+                "the instruction carries no learning rate (config['lr']); the round loop sets it"
+            )
+        lr = float(u.config[LR_KEY])
+        params = [p for p in u.model.parameters() if p.requires_grad]
+        if cfg.optimizer == "adam":
+            return torch.optim.Adam(params, lr=lr, weight_decay=cfg.weight_decay)
+        return torch.optim.SGD(
+            params, lr=lr, momentum=cfg.momentum, weight_decay=cfg.weight_decay, nesterov=cfg.nesterov
+        )
+
+    def num_steps(self, u: LocalUpdate) -> int:
+        """Local SGD steps: ``local_steps`` if set, else ``local_epochs`` passes over the data."""
+        cfg = u.context.train
+        if cfg.local_steps:
+            return int(cfg.local_steps)
+        n = u.data.num_examples
+        per_epoch = math.ceil(n / cfg.batch_size) if n else 0
+        return int(round(cfg.local_epochs * per_epoch))
+
+    def batches(self, u: LocalUpdate) -> Iterator[Any]:
+        """Minibatches drawn by index, reshuffled each epoch with the client's generator."""
+        data, gen = u.data, u.context.generator
+        n = data.num_examples
+        if n == 0:
+            return
+        bs = u.context.train.batch_size
+        steps = self.num_steps(u)
+        done = 0
+        while done < steps:
+            perm = data.indices[torch.randperm(n, generator=gen).to(data.indices.device)]
+            for start in range(0, n, bs):
+                idx = perm[start : start + bs]
+                x = data.inputs[idx]
+                if data.normalize is not None:
+                    x = data.normalize(x)
+                yield x, data.labels[idx]
+                done += 1
+                if done >= steps:
+                    return
+
+    def loss(self, u: LocalUpdate, batch: Any) -> Tensor:
+        """Cross-entropy on the batch; override to add terms (FedProx) or change the logits (FedRS)."""
+        x, y = batch
+        return nn.functional.cross_entropy(u.model(x), y)
+
+    def finish(self, u: LocalUpdate, metrics: dict[str, float]) -> Reply:
+        """The reply: the trained weights, the sample count and the training metrics."""
+        return Reply(
+            weights=clone_weights(u.model.state_dict()),
+            num_examples=self.num_examples(u.data),
+            metrics=metrics,
+        )
+
+    def kept_weights(self, u: LocalUpdate, reply: Reply) -> Weights | None:
+        """What the client keeps for its next round: nothing, its head or its whole trained model."""
+        keep = u.config.get(KEEP_KEY, "none")
+        if keep not in KEEP_CHOICES:
+            raise ProtocolError(
+                f"instruction config keep={keep!r}; a client keeps one of {list(KEEP_CHOICES)}"
+            )
+        if keep == "none":
+            return None
+        trained = u.model.state_dict()
+        keys = u.model.head_keys() if keep == "head" else list(trained)
+        return {k: trained[k].detach().clone() for k in keys}
+
+    def fit(self, u: LocalUpdate) -> Reply:
+        """Load the start weights (and mask), run the local steps, build the reply, keep what is asked."""
+        model = u.model
+        model.load_state_dict(u.start)
+        if hasattr(model, "set_mask"):
+            model.set_mask(u.instruction.mask)
+        try:
+            self.prepare(u)
+            model.train()
+            opt = self.make_optimizer(u)
+            clip = u.context.train.grad_clip
+            total, steps = 0.0, 0
+            for batch in self.batches(u):
+                opt.zero_grad(set_to_none=True)
+                loss = self.loss(u, batch)
+                loss.backward()
+                if clip:
+                    nn.utils.clip_grad_norm_(model.parameters(), clip)
+                opt.step()
+                total += float(loss.detach())
+                steps += 1
+            metrics = {"train_loss": total / steps if steps else float("nan"), "steps": float(steps)}
+            reply = self.finish(u, metrics)
+            u.state.weights = self.kept_weights(u, reply)
+            return reply
+        finally:
+            if hasattr(model, "set_mask"):
+                model.set_mask(None)
+
+
+# --------------------------------------------------------------------------------------------------------
+# Server: FedAvg
+# --------------------------------------------------------------------------------------------------------
+def weighted_average(
+    states: Sequence[Mapping[str, Tensor]], weights: Sequence[float] | np.ndarray
+) -> Weights:
+    """Convex combination Σ_i p_i w_i of state dicts (integer buffers, e.g. BN counters: the first's)."""
+    total = float(np.sum(weights))
+    if total <= 0:
+        raise ValueError(f"aggregation weights must sum to a positive number, got {list(weights)}")
+    probs = [float(w) / total for w in weights]
+    out: Weights = {}
+    for key, first in states[0].items():
+        if not first.is_floating_point():
+            out[key] = first.clone()
+            continue
+        acc = torch.zeros_like(first)
+        for p, sd in zip(probs, states, strict=True):
+            if p != 0.0:
+                acc.add_(sd[key], alpha=p)
+        out[key] = acc
+    return out
 
 
 class FedAvg(Strategy):
-    """FedAvg: w_g ← Σ_i p_i w_i, p_i = n_i/Σ_j n_j (``weighting='samples'``) or 1/N (``'uniform'``).
+    """FedAvg: w_g ← Σ_i p_i w_i, p_i = n_i/Σ_j n_j (``weighting='samples'``, n_i self-reported in the
+    replies) or 1/N (``'uniform'``).
 
     The reward of client i is its locally trained model of its last round (``reward='local'``, FedRAC's
-    FedAvg-baseline convention) or the global model (``reward='global'``).
+    FedAvg-baseline convention; the server then holds one model per client), the global model
+    (``'global'``) or none (``'none'``). Subclasses override :meth:`configure`, :meth:`aggregation_weights`,
+    the aggregation hooks, :meth:`reward_model` and :meth:`contributions`.
     """
 
     name = "fedavg"
-    trainer_class = Trainer
+    trainer_class: type[Trainer] = SGDTrainer
+
+    def __init__(self, weighting: str = "samples", reward: str = "local") -> None:
+        self.weighting = check_choice("weighting", weighting, ("samples", "uniform"))
+        self.reward = check_choice("reward", reward, ("local", "global", "none"))
+        self.info: FederationInfo | None = None
+        self.model: nn.Module | None = None
+        #: The last weights each client sent (the local-model rewards); filled when ``reward='local'``.
+        self.local_weights: dict[int, Weights] = {}
+
+    # -- life cycle ---------------------------------------------------------------------------------------
+    def setup(self, info: FederationInfo) -> None:
+        """Keep the federation's facts and the initial global model."""
+        self.info = info
+        self.model = info.model
+
+    def global_weights(self) -> Weights:
+        return self.model.state_dict()
+
+    def configure(self, rnd: int, client_ids: list[int]) -> dict[int, Instruction]:
+        """One instruction per sampled client: the full global model."""
+        weights = self.global_weights()
+        return {cid: Instruction(weights=weights) for cid in client_ids}
+
+    def aggregation_weights(self, rnd: int, replies: Mapping[int, Reply]) -> np.ndarray:
+        """p_i for the replies, in client-id order."""
+        if self.weighting == "uniform":
+            return np.ones(len(replies))
+        return np.array([replies[cid].num_examples for cid in sorted(replies)], dtype=np.float64)
+
+    def aggregate(self, rnd: int, replies: Mapping[int, Reply]) -> None:
+        """Replace the global model by the weighted average of the replies (client-id order)."""
+        if self.reward == "local":
+            for cid, rep in replies.items():
+                self.local_weights[cid] = rep.weights
+        if not replies:
+            return
+        ids = sorted(replies)
+        p = self.aggregation_weights(rnd, replies)
+        if float(np.sum(p)) <= 0:
+            p = self.all_zero_weights(rnd, ids)
+        self.model.load_state_dict(weighted_average([replies[c].weights for c in ids], p))
+
+    def all_zero_weights(self, rnd: int, ids: list[int]) -> np.ndarray:
+        """The weights used when every replying client's p_i is 0: uniform."""
+        return np.ones(len(ids))
+
+    def global_model(self) -> nn.Module | None:
+        return self.model
+
+    # -- rewards ------------------------------------------------------------------------------------------
+    def has_rewards(self) -> bool:
+        return self.reward == "local"
+
+    def reward_model(self, cid: int) -> nn.Module | None:
+        """The client's last local model (``reward='local'``), the global model (``'global'``) or None."""
+        if self.reward == "none":
+            return None
+        if self.reward == "global":
+            return self.model
+        weights = self.local_weights.get(cid)
+        if weights is None:
+            return None
+        model = self.scratch_model()
+        model.load_state_dict(weights)
+        return model
+
+    def evaluate_rewards(self, x: Tensor, y: Tensor, batch_size: int) -> list[float] | None:
+        """Test accuracy of every client's reward model, one at a time (FedRAC batches it)."""
+        accs = []
+        for cid in range(self.info.num_clients):
+            m = self.reward_model(cid)
+            accs.append(accuracy_of(m, x, y, batch_size) if m is not None else float("nan"))
+        return accs if any(math.isfinite(a) for a in accs) else None
+
+    def round_metrics(self, rnd: int) -> dict[str, Any]:
+        """The contribution weights, when the method estimates them."""
+        c = self.contributions()
+        return {"contributions": [float(v) for v in c]} if c is not None else {}
+
+    # -- state ----------------------------------------------------------------------------------------------
+    def state_dict(self) -> dict[str, Any]:
+        return {
+            "model": dict(self.model.state_dict()),
+            "local_weights": {str(k): v for k, v in self.local_weights.items()},
+        }
+
+    def load_state_dict(self, sd: Mapping[str, Any]) -> None:
+        self.model.load_state_dict(sd["model"])
+        self.local_weights = {int(k): dict(v) for k, v in sd.get("local_weights", {}).items()}
+
+    # -- utilities for subclasses -------------------------------------------------------------------------
+    def scratch_model(self) -> nn.Module:
+        """A reusable extra model instance (for evaluating rewards) on the server's device."""
+        if getattr(self, "_scratch", None) is None:
+            self._scratch = copy.deepcopy(self.model)
+        return self._scratch

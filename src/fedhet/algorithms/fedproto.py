@@ -24,18 +24,20 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
-from torch import Tensor, nn
+from torch import Tensor
 
-from fedhet.algorithms.fixmatch import FixMatchGPL, FixMatchTrainer, SemiSupervisedStep, is_finite_number
-from fedhet.engine.protocol import ClientData, ClientState, ConfigValue, Instruction, Reply, TrainContext
-from fedhet.errors import ConfigError
+from fedhet.algorithms.fixmatch import FixMatchGPL, FixMatchTrainer, SemiSupervisedStep
+from fedhet.algorithms.params import check_choice, check_number
+from fedhet.engine.protocol import ConfigValue, FederationInfo, LocalUpdate, Reply
+from fedhet.errors import ConfigError, ProtocolError
 
 log = logging.getLogger("fedhet")
 
 PROTOTYPE_SAMPLES = ("confident", "all", "labeled")
 PROTOTYPE_AGGREGATIONS = ("clients", "samples")
-_PROTOTYPES_KEY = "fedproto.prototypes"
-_PRESENT_KEY = "fedproto.present"
+#: Instruction.payload keys of the global prototypes (C, D) and of which classes have one (C,).
+PROTOTYPES_KEY = "fedproto.prototypes"
+PRESENT_KEY = "fedproto.present"
 
 
 def prototype_members(step: SemiSupervisedStep, samples: str) -> tuple[Tensor, Tensor]:
@@ -87,47 +89,51 @@ def aggregate_prototypes(
 class FedProtoTrainer(FixMatchTrainer):
     """FixMatch-GPL with FedProto's prototype term; uploads per-class feature sums and counts."""
 
-    def prepare(
-        self, model: nn.Module, data: ClientData, ins: Instruction, state: ClientState, ctx: TrainContext
-    ) -> None:
-        super().prepare(model, data, ins, state, ctx)
-        self.prototype_weight = float(ins.config.get("fedproto.weight", 1.0))
-        self.prototype_samples = str(ins.config.get("fedproto.samples", "confident"))
-        prototypes = self.server_tensors.get(_PROTOTYPES_KEY)
-        present = self.server_tensors.get(_PRESENT_KEY)
+    def prepare(self, u: LocalUpdate) -> None:
+        super().prepare(u)
+        sc = u.scratch
+        sc.prototype_weight = float(u.config.get("fedproto.weight", 1.0))
+        sc.prototype_samples = str(u.config.get("fedproto.samples", "confident"))
+        prototypes = u.instruction.payload.get(PROTOTYPES_KEY)
+        present = u.instruction.payload.get(PRESENT_KEY)
         if prototypes is None or present is None:
-            raise ConfigError(
-                "the FedProto trainer needs the global prototypes from the server (Instruction.weights"
-                f"['server.{_PROTOTYPES_KEY}'] and ['server.{_PRESENT_KEY}']); run it with 'fedproto-fssl'"
+            raise ProtocolError(
+                "the FedProto trainer needs the global prototypes from the server (Instruction.payload"
+                f"['{PROTOTYPES_KEY}'] and ['{PRESENT_KEY}']); run it with 'fedproto-fssl'"
             )
-        self.prototypes = prototypes.to(data.inputs.device)
-        self.present = present.to(data.inputs.device).bool()
-        self.feature_sums = torch.zeros(tuple(self.prototypes.shape), dtype=torch.float64)
-        self.feature_counts = torch.zeros(self.prototypes.shape[0], dtype=torch.float64)
+        device = u.data.inputs.device
+        sc.prototypes = prototypes.to(device)
+        sc.present = present.to(device).bool()
+        sc.feature_sums = torch.zeros(tuple(sc.prototypes.shape), dtype=torch.float64)
+        sc.feature_counts = torch.zeros(sc.prototypes.shape[0], dtype=torch.float64)
 
-    def extra_losses(self, model: nn.Module, step: SemiSupervisedStep, ins: Instruction) -> dict[str, Tensor]:
+    def extra_losses(self, u: LocalUpdate, step: SemiSupervisedStep) -> dict[str, Tensor]:
         """λ·MSE(f, P̄_y) over the chosen samples (none in round 1, before any prototype exists)."""
-        if self.prototype_weight == 0.0 or not bool(self.present.any()):
+        sc = u.scratch
+        if sc.prototype_weight == 0.0 or not bool(sc.present.any()):
             return {}
-        feats, labels = prototype_members(step, self.prototype_samples)
+        feats, labels = prototype_members(step, sc.prototype_samples)
         return {
-            "loss_prototype": self.prototype_weight
-            * prototype_loss(feats, labels, self.prototypes, self.present)
+            "loss_prototype": sc.prototype_weight * prototype_loss(feats, labels, sc.prototypes, sc.present)
         }
 
-    def observe(self, step: SemiSupervisedStep) -> None:
+    def observe(self, u: LocalUpdate, step: SemiSupervisedStep) -> None:
         """Also accumulate per-class feature sums in the last epoch (the prototypes to upload)."""
-        super().observe(step)
+        super().observe(u, step)
         if not step.batch.last_epoch:
             return
-        feats, labels = prototype_members(step, self.prototype_samples)
+        sc = u.scratch
+        feats, labels = prototype_members(step, sc.prototype_samples)
         feats = feats.detach().double().cpu()
         labels = labels.cpu()
-        self.feature_sums.index_add_(0, labels, feats)
-        self.feature_counts += torch.bincount(labels, minlength=self.feature_counts.shape[0]).double()
+        sc.feature_sums.index_add_(0, labels, feats)
+        sc.feature_counts += torch.bincount(labels, minlength=sc.feature_counts.shape[0]).double()
 
-    def payload(self, data: ClientData) -> dict[str, Tensor]:
-        return {"prototype_sums": self.feature_sums.clone(), "prototype_counts": self.feature_counts.clone()}
+    def payload(self, u: LocalUpdate) -> dict[str, Tensor]:
+        return {
+            "prototype_sums": u.scratch.feature_sums.clone(),
+            "prototype_counts": u.scratch.feature_counts.clone(),
+        }
 
 
 class FedProtoFSSL(FixMatchGPL):
@@ -148,29 +154,20 @@ class FedProtoFSSL(FixMatchGPL):
         **kw: Any,
     ) -> None:
         super().__init__(**kw)
-        if not is_finite_number(prototype_weight) or prototype_weight < 0:
-            raise ConfigError(f"method.params.prototype_weight={prototype_weight!r} must be a number >= 0")
-        if prototype_samples not in PROTOTYPE_SAMPLES:
-            raise ConfigError(
-                f"method.params.prototype_samples={prototype_samples!r}; accepted: {list(PROTOTYPE_SAMPLES)}"
-            )
-        if prototype_aggregation not in PROTOTYPE_AGGREGATIONS:
-            raise ConfigError(
-                f"method.params.prototype_aggregation={prototype_aggregation!r}; "
-                f"accepted: {list(PROTOTYPE_AGGREGATIONS)}"
-            )
-        self.prototype_weight = float(prototype_weight)
-        self.prototype_samples = prototype_samples
-        self.prototype_aggregation = prototype_aggregation
+        self.prototype_weight = check_number("prototype_weight", prototype_weight, 0.0)
+        self.prototype_samples = check_choice("prototype_samples", prototype_samples, PROTOTYPE_SAMPLES)
+        self.prototype_aggregation = check_choice(
+            "prototype_aggregation", prototype_aggregation, PROTOTYPE_AGGREGATIONS
+        )
         self.prototypes: Tensor | None = None
         self.present: Tensor | None = None
 
-    def setup(self, ctx: Any) -> None:
+    def setup(self, info: FederationInfo) -> None:
         """No prototypes before the first round; their dimension is the model's feature size."""
-        super().setup(ctx)
-        dim = int(ctx.model.head.in_features)
-        self.prototypes = torch.zeros(ctx.num_classes, dim)
-        self.present = torch.zeros(ctx.num_classes, dtype=torch.bool)
+        super().setup(info)
+        dim = int(info.model.head.in_features)
+        self.prototypes = torch.zeros(info.num_classes, dim)
+        self.present = torch.zeros(info.num_classes, dtype=torch.bool)
 
     def client_config(self, rnd: int) -> dict[str, ConfigValue]:
         return {
@@ -179,12 +176,11 @@ class FedProtoFSSL(FixMatchGPL):
             "fedproto.samples": self.prototype_samples,
         }
 
-    def server_tensors(self, rnd: int) -> dict[str, Tensor]:
-        return {_PROTOTYPES_KEY: self.prototypes, _PRESENT_KEY: self.present}
+    def client_payload(self, rnd: int) -> dict[str, Tensor]:
+        return {PROTOTYPES_KEY: self.prototypes, PRESENT_KEY: self.present}
 
-    def aggregate(self, rnd: int, replies: dict[int, Reply]) -> None:
-        """FedAvg, then the global prototypes from the clients' class sums."""
-        super().aggregate(rnd, replies)
+    def after_aggregate(self, rnd: int, replies: Mapping[int, Reply]) -> None:
+        """After FedAvg: the global prototypes from the clients' class sums."""
         sums, counts = [], []
         shape = tuple(self.prototypes.shape)
         for cid in sorted(replies):
@@ -214,7 +210,7 @@ class FedProtoFSSL(FixMatchGPL):
                 self.prototype_aggregation,
             )
             self.prototypes, self.present = protos.float(), present
-        self.history[-1]["prototype_classes"] = int(self.present.sum())
+        self.round_record["prototype_classes"] = int(self.present.sum())
 
     def state_dict(self) -> dict[str, Any]:
         return {

@@ -14,10 +14,10 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from fedhet.algorithms.fedavg import FedAvg
-from fedhet.algorithms.fixmatch import FixMatchLPL, FixMatchTrainer, LabeledOnlyTrainer, is_finite_number
-from fedhet.engine.protocol import ClientData, ClientState, ConfigValue, Instruction, TrainContext, Trainer
-from fedhet.errors import ConfigError
+from fedhet.algorithms.fedavg import FedAvg, SGDTrainer
+from fedhet.algorithms.fixmatch import FixMatchLPL, FixMatchTrainer, LabeledOnlyTrainer
+from fedhet.algorithms.params import check_number
+from fedhet.engine.protocol import ConfigValue, Instruction, LocalUpdate
 
 #: baselines.md §3.2: ``lambda_prox`` = 0.001 in the FSSL protocol.
 DEFAULT_MU = 0.001
@@ -40,23 +40,22 @@ class ProximalMixin:
     """Adds μ/2·‖w − w_g‖² to a trainer's loss, w_g = the weights local training started from (the round's
     global model); μ comes from ``Instruction.config['proximal_mu']``."""
 
-    def prepare(
-        self, model: nn.Module, data: ClientData, ins: Instruction, state: ClientState, ctx: TrainContext
-    ) -> None:
-        super().prepare(model, data, ins, state, ctx)
-        self.proximal_mu = float(ins.config.get(_CONFIG_KEY, DEFAULT_MU))
-        self.proximal_reference = {
-            name: p.detach().clone() for name, p in model.named_parameters() if p.requires_grad
+    def prepare(self, u: LocalUpdate) -> None:
+        super().prepare(u)
+        u.scratch.proximal_mu = float(u.config.get(_CONFIG_KEY, DEFAULT_MU))
+        u.scratch.proximal_reference = {
+            name: p.detach().clone() for name, p in u.model.named_parameters() if p.requires_grad
         }
 
-    def loss(self, model: nn.Module, batch: Any, ins: Instruction, state: ClientState) -> Tensor:
-        base = super().loss(model, batch, ins, state)
-        if self.proximal_mu == 0.0:
+    def loss(self, u: LocalUpdate, batch: Any) -> Tensor:
+        base = super().loss(u, batch)
+        mu = u.scratch.proximal_mu
+        if mu == 0.0:
             return base
-        return base + 0.5 * self.proximal_mu * proximal_term(model, self.proximal_reference)
+        return base + 0.5 * mu * proximal_term(u.model, u.scratch.proximal_reference)
 
 
-class FedProxTrainer(ProximalMixin, Trainer):
+class FedProxTrainer(ProximalMixin, SGDTrainer):
     """Supervised SGD with the proximal term."""
 
 
@@ -69,11 +68,7 @@ class FedProxFixMatchTrainer(ProximalMixin, FixMatchTrainer):
 
 
 def _check_mu(mu: Any) -> float:
-    if not is_finite_number(mu) or mu < 0:
-        raise ConfigError(
-            f"method.params.mu={mu!r} must be a number >= 0 (FedProx μ; the FSSL table uses 0.001)"
-        )
-    return float(mu)
+    return check_number("mu", mu, 0.0, hint="FedProx μ; the FSSL table uses 0.001")
 
 
 class FedProx(FedAvg):

@@ -18,9 +18,10 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from fedhet.algorithms.fedavg import FedAvg
-from fedhet.engine.protocol import ClientData, ClientState, Instruction, Reply, TrainContext, Trainer
-from fedhet.errors import ConfigError
+from fedhet.algorithms.fedavg import FedAvg, SGDTrainer
+from fedhet.algorithms.params import check_choice, check_number
+from fedhet.engine.protocol import Instruction, LocalUpdate, Trainer
+from fedhet.errors import ProtocolError
 
 FEDRS_SCALINGS = ("paper", "code")
 #: Instruction.config keys through which the server sets the client loss (Flower-compatible scalars).
@@ -30,17 +31,20 @@ SCALING_KEY = "fedrs_scaling"
 
 def check_fedrs_params(alpha: float, scaling: str) -> tuple[float, str]:
     """Validate FedRS's α ∈ [0, 1] and the scaling form; return them (α as float)."""
-    if isinstance(alpha, bool) or not isinstance(alpha, int | float) or not 0.0 <= float(alpha) <= 1.0:
-        raise ConfigError(
-            f"method.params.fedrs_alpha={alpha!r} must be a number in [0, 1] (the scale of absent classes' "
-            "logits; the paper's grid is 0.9, 0.5, 0.1, default 0.5)"
-        )
-    if scaling not in FEDRS_SCALINGS:
-        raise ConfigError(
-            f"method.params.fedrs_scaling={scaling!r}; accepted: {list(FEDRS_SCALINGS)} "
-            "('paper': s_c = 1 present / alpha absent; 'code': s_c = alpha + (1-alpha)*n_c/max n)"
-        )
-    return float(alpha), scaling
+    alpha = check_number(
+        "fedrs_alpha",
+        alpha,
+        0.0,
+        1.0,
+        hint="the scale of absent classes' logits; the paper's grid is 0.9, 0.5, 0.1, default 0.5",
+    )
+    scaling = check_choice(
+        "fedrs_scaling",
+        scaling,
+        FEDRS_SCALINGS,
+        hint="'paper': s_c = 1 present / alpha absent; 'code': s_c = alpha + (1-alpha)*n_c/max n",
+    )
+    return alpha, scaling
 
 
 def class_scales(class_counts: Tensor, alpha: float, scaling: str = "paper") -> Tensor:
@@ -64,63 +68,47 @@ def restricted_cross_entropy(logits: Tensor, labels: Tensor, scales: Tensor) -> 
     return nn.functional.cross_entropy(logits * scales.to(device=logits.device, dtype=logits.dtype), labels)
 
 
-class FedRSTrainer(Trainer):
+class FedRSTrainer(SGDTrainer):
     """Supervised SGD with the FedRS restricted-softmax cross-entropy.
 
-    α and the scaling form come from ``Instruction.config`` (``fedrs_alpha``, ``fedrs_scaling``) when the
-    server sets them, else from the constructor; the class counts from ``ClientData.class_counts()``.
+    α and the scaling form come from ``Instruction.config`` (``fedrs_alpha``, ``fedrs_scaling``), the class
+    counts from the client's own data; the scales are fixed once per local update.
     """
 
-    def __init__(self, alpha: float = 0.5, scaling: str = "paper", **params: Any) -> None:
-        alpha, scaling = check_fedrs_params(alpha, scaling)
-        super().__init__(alpha=alpha, scaling=scaling, **params)
-        self.alpha = alpha
-        self.scaling = scaling
-        self._scales: Tensor | None = None
+    def prepare(self, u: LocalUpdate) -> None:
+        super().prepare(u)
+        missing = [k for k in (ALPHA_KEY, SCALING_KEY) if k not in u.config]
+        if missing:
+            raise ProtocolError(
+                f"the FedRS client loss needs {missing} in the instruction config; "
+                "pair it with a FedRS strategy"
+            )
+        scales = class_scales(u.data.class_counts(), float(u.config[ALPHA_KEY]), str(u.config[SCALING_KEY]))
+        u.scratch.fedrs_scales = scales.to(u.context.device)
 
-    def client_scales(self, data: ClientData, ins: Instruction) -> Tensor:
-        """The scale vector s (K,) of this client for this round."""
-        alpha = ins.config.get(ALPHA_KEY, self.alpha)
-        scaling = ins.config.get(SCALING_KEY, self.scaling)
-        return class_scales(data.class_counts(), float(alpha), str(scaling))
-
-    def fit(
-        self, model: nn.Module, data: ClientData, ins: Instruction, state: ClientState, ctx: TrainContext
-    ) -> Reply:
-        # ``loss`` gets no ClientData, so the scales are fixed here, once per local update.
-        self._scales = self.client_scales(data, ins).to(ctx.device)
-        try:
-            return super().fit(model, data, ins, state, ctx)
-        finally:
-            self._scales = None
-
-    def loss(
-        self, model: nn.Module, batch: tuple[Tensor, Tensor], ins: Instruction, state: ClientState
-    ) -> Tensor:
-        """Cross-entropy on the restricted logits s ⊙ z (plain CE outside :meth:`fit`)."""
+    def loss(self, u: LocalUpdate, batch: Any) -> Tensor:
+        """Cross-entropy on the restricted logits s ⊙ z."""
         x, y = batch
-        if self._scales is None:
-            return super().loss(model, batch, ins, state)
-        return restricted_cross_entropy(model(x), y, self._scales)
+        return restricted_cross_entropy(u.model(x), y, u.scratch.fedrs_scales)
 
 
 def with_restricted_softmax(trainer_class: type[Trainer]) -> type[Trainer]:
     """``trainer_class`` with FedRS's loss in place of its cross-entropy.
 
     Works for trainers whose ``loss`` builds on ``super().loss`` (e.g. a proximal term added to CE): the
-    FedRS loss sits between them and the base Trainer in the MRO.
+    FedRS loss sits between them and the SGD trainer in the MRO.
     """
     if issubclass(trainer_class, FedRSTrainer):
         return trainer_class
-    if trainer_class is Trainer:
+    if trainer_class is SGDTrainer:
         return FedRSTrainer
     return type(f"{trainer_class.__name__}WithFedRS", (trainer_class, FedRSTrainer), {})
 
 
 class RestrictedSoftmaxMixin:
-    """Strategy mixin that pairs a strategy with the FedRS client loss (``fedrs_alpha``, ``fedrs_scaling``).
-
-    Put it before the strategy in the bases: ``class CELMRS(RestrictedSoftmaxMixin, CELM)``.
+    """Strategy mixin that sends the FedRS client loss's settings (``fedrs_alpha``, ``fedrs_scaling``) to
+    every client. Put it before the strategy in the bases and pair the class with a FedRS trainer, e.g.
+    ``trainer_class = with_restricted_softmax(CELM.trainer_class)``.
     """
 
     def __init__(self, fedrs_alpha: float = 0.5, fedrs_scaling: str = "paper", **kwargs: Any) -> None:
@@ -134,11 +122,9 @@ class RestrictedSoftmaxMixin:
             ins.config[SCALING_KEY] = self.fedrs_scaling
         return instructions
 
-    def make_trainer(self) -> Trainer:
-        return with_restricted_softmax(self.trainer_class)(alpha=self.fedrs_alpha, scaling=self.fedrs_scaling)
-
 
 class FedRS(RestrictedSoftmaxMixin, FedAvg):
     """FedRS: FedAvg (sample-count weights) with the restricted-softmax client loss, α = 0.5 by default."""
 
     name = "fedrs"
+    trainer_class = FedRSTrainer

@@ -4,7 +4,7 @@ Reconstructed from the paper's abstract and the structure FedRAC inherits (basel
 ordered by their importance on the server validation set, clients get nested submodels of the most
 important neurons whose validation accuracy stays at or below a contribution-dependent target with a
 fixed ratio, and each parameter is averaged over the clients that trained it. It shares all submodel
-machinery with FedRAC through :class:`~fedhet.algorithms.fedrac.SubmodelStrategy`; only the unit order
+machinery with FedRAC through :class:`~fedhet.algorithms.submodel.SubmodelStrategy`; only the unit order
 (importance instead of frequency) and the threshold ratio (fixed instead of scheduled) differ.
 """
 
@@ -18,8 +18,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from fedhet.algorithms.fedrac import SubmodelStrategy, _check_number
-from fedhet.engine.protocol import ServerContext
+from fedhet.algorithms.params import check_integer, check_number
+from fedhet.algorithms.submodel import SubmodelStrategy
+from fedhet.engine.protocol import FederationInfo
 
 #: Elements of the (B, units, H) leave-one-out activations one chunk of the mlp200 path may hold (16 MB).
 _CHUNK_ELEMENTS = 1 << 22
@@ -120,22 +121,22 @@ class FedSAC(SubmodelStrategy):
             switch_round=None,
             validation_samples=validation_samples,
         )
-        _check_number("fixed_ratio", fixed_ratio, 0.0, 1.0)
+        check_number("fixed_ratio", fixed_ratio, 0.0, 1.0)
         if importance_samples is not None:
-            _check_number("importance_samples", importance_samples, 1, integer=True)
-        _check_number("importance_every", importance_every, 1, integer=True)
+            check_integer("importance_samples", importance_samples, 1)
+        check_integer("importance_every", importance_every, 1)
         self.fixed_ratio = float(fixed_ratio)
         self.importance_samples = importance_samples
         self.importance_every = int(importance_every)
         self.importance: Tensor | None = None
         self.importance_round = 0
 
-    def setup(self, ctx: ServerContext) -> None:
+    def setup(self, info: FederationInfo) -> None:
         """The shared set-up plus the fixed validation subset for the importance evaluation."""
-        super().setup(ctx)
-        x, y = ctx.validation
+        super().setup(info)
+        x, y = info.validation
         if self.importance_samples is not None and self.importance_samples < len(y):
-            pick = np.sort(ctx.rng.choice(len(y), self.importance_samples, replace=False))
+            pick = np.sort(info.rng.choice(len(y), self.importance_samples, replace=False))
             index = torch.as_tensor(pick, device=y.device)
             x, y = x[index], y[index]
         self.importance_x, self.importance_y = x, y

@@ -28,39 +28,28 @@ unlabeled samples that pass the mask) are taken over the last epoch's steps, as 
 from __future__ import annotations
 
 import copy
-import csv
 import math
 from collections import defaultdict
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field, fields, replace
-from pathlib import Path
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 import numpy as np
 import torch
 import torch.nn.functional as F
-from torch import Tensor, nn
+from torch import Tensor
 
-from fedhet.algorithms.fedavg import FedAvg
+from fedhet.algorithms.fedavg import FedAvg, SGDTrainer
+from fedhet.algorithms.params import check_choice, check_flag, check_integer, check_number, is_finite_number
 from fedhet.data.augment import Augmenter
-from fedhet.engine.protocol import (
-    ClientData,
-    ClientState,
-    ConfigValue,
-    Instruction,
-    Reply,
-    TrainContext,
-    Trainer,
-    Weights,
-    clone_weights,
-)
+from fedhet.engine.protocol import ClientData, ConfigValue, Instruction, LocalUpdate, Reply, Trainer
+from fedhet.engine.weights import clone_weights
 from fedhet.errors import ConfigError
 
 __all__ = [
     "CODE_TRAIN_MEAN",
     "CODE_TRAIN_STD",
     "LABELED_REPEAT",
-    "SERVER_TENSOR_PREFIX",
     "FixMatchGPL",
     "FixMatchLPL",
     "FixMatchTrainer",
@@ -73,19 +62,15 @@ __all__ = [
     "SemiSupervisedSettings",
     "SemiSupervisedStep",
     "is_finite_number",
+    "pool_metrics",
     "masked_kl_divergence",
-    "plot_round_series",
     "pseudo_targets",
-    "split_server_tensors",
     "steps_per_epoch",
 ]
 
 #: The reference's labeled dataset wrapper repeats its index list 2000 times and reports that length, so its
 #: FedAvg weights are 2000·|L_i| + |U_i| (methods.md §2.6 step 1, quirk ``inflated_labeled_weights``).
 LABELED_REPEAT = 2000
-#: Instruction.weights entries under this prefix are extra server tensors (ProxyFL's prior, FedProto's
-#: prototypes), not model parameters; FSSL trainers split them off before loading the model.
-SERVER_TENSOR_PREFIX = "server."
 #: The reference normalises *training* images of every dataset with the CIFAR-10 mean and this std, while its
 #: test set uses per-dataset statistics (methods.md §2.2, quirk ``normalization_mismatch``).
 CODE_TRAIN_MEAN = (0.4914, 0.4822, 0.4465)
@@ -101,11 +86,6 @@ TARGETS = ("hard", "soft")
 # --------------------------------------------------------------------------------------------------------
 # Settings sent to the clients (Instruction.config, prefix "fssl.")
 # --------------------------------------------------------------------------------------------------------
-def _check(cond: bool, message: str) -> None:
-    if not cond:
-        raise ConfigError(message)
-
-
 @dataclass(frozen=True)
 class SemiSupervisedSettings:
     """The client-side FixMatch settings (baselines.md §3.1: τ = 0.95, μ = 2, T = 1, λ_u = 1)."""
@@ -126,41 +106,28 @@ class SemiSupervisedSettings:
     PREFIX = "fssl."
 
     def __post_init__(self) -> None:
-        p = "method.params."
-        _check(
-            self.pseudo_labels in PSEUDO_LABELERS,
-            f"pseudo_labels={self.pseudo_labels!r}; accepted: {list(PSEUDO_LABELERS)}",
-        )
-        _check(self.mask in MASKS, f"{p}mask={self.mask!r}; accepted: {list(MASKS)}")
-        _check(self.targets in TARGETS, f"{p}targets={self.targets!r}; accepted: {list(TARGETS)}")
-        _check(
-            is_finite_number(self.threshold) and 0.0 <= self.threshold <= 1.0,
-            f"{p}threshold={self.threshold!r} must be a number in [0, 1] (the paper uses 0.95)",
-        )
-        _check(
-            isinstance(self.unlabeled_ratio, int)
-            and not isinstance(self.unlabeled_ratio, bool)
-            and self.unlabeled_ratio >= 0,
-            f"{p}unlabeled_ratio={self.unlabeled_ratio!r} must be an integer >= 0 (μ; the paper uses 2; "
-            "0 trains on the labeled batches only)",
-        )
-        _check(
-            is_finite_number(self.temperature) and self.temperature > 0,
-            f"{p}temperature={self.temperature!r} must be a number > 0 (the paper uses 1)",
-        )
-        _check(
-            is_finite_number(self.unlabeled_weight) and self.unlabeled_weight >= 0,
-            f"{p}unlabeled_weight={self.unlabeled_weight!r} must be a number >= 0 (λ_u; the paper uses 1)",
-        )
-        for name in ("shared_optimizer", "normalization_mismatch", "flip"):
-            value = getattr(self, name)
-            _check(isinstance(value, bool), f"{p}{name}={value!r} must be true or false")
-        for name in ("crop_padding", "cutout"):
-            value = getattr(self, name)
-            _check(
-                isinstance(value, int) and not isinstance(value, bool) and value >= 0,
-                f"{p}{name}={value!r} must be an integer >= 0 (pixels; the paper uses 4 and 16)",
+        check_choice("pseudo_labels", self.pseudo_labels, PSEUDO_LABELERS)
+        check_choice("mask", self.mask, MASKS)
+        check_choice("targets", self.targets, TARGETS)
+        check_number("threshold", self.threshold, 0.0, 1.0, hint="the paper uses 0.95")
+        if isinstance(self.unlabeled_ratio, float):
+            raise ConfigError(
+                f"method.params.unlabeled_ratio={self.unlabeled_ratio!r} must be an integer >= 0"
             )
+        check_integer(
+            "unlabeled_ratio",
+            self.unlabeled_ratio,
+            0,
+            hint="μ; the paper uses 2; 0 trains on the labeled batches only",
+        )
+        check_number("temperature", self.temperature, 0.0, low_open=True, hint="the paper uses 1")
+        check_number("unlabeled_weight", self.unlabeled_weight, 0.0, hint="λ_u; the paper uses 1")
+        for name in ("shared_optimizer", "normalization_mismatch", "flip"):
+            check_flag(name, getattr(self, name))
+        for name in ("crop_padding", "cutout"):
+            if isinstance(getattr(self, name), float):
+                raise ConfigError(f"method.params.{name}={getattr(self, name)!r} must be an integer >= 0")
+            check_integer(name, getattr(self, name), 0, hint="pixels; the paper uses 4 and 16")
 
     def to_config(self) -> dict[str, ConfigValue]:
         """The settings as ``Instruction.config`` entries (``fssl.<name>``)."""
@@ -178,22 +145,6 @@ class SemiSupervisedSettings:
     def needs_global_model(self) -> bool:
         """Whether the client needs the frozen global model (GPL pseudo-labels or the OR mask)."""
         return self.pseudo_labels == "global" or self.mask == "or"
-
-
-def is_finite_number(value: Any) -> bool:
-    """True for a finite int or float that is not a bool (config validation)."""
-    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
-
-
-def split_server_tensors(weights: Mapping[str, Tensor]) -> tuple[Weights, dict[str, Tensor]]:
-    """Split ``Instruction.weights`` into model weights and the extra server tensors (prefix ``server.``)."""
-    model, extra = {}, {}
-    for key, value in weights.items():
-        if key.startswith(SERVER_TENSOR_PREFIX):
-            extra[key[len(SERVER_TENSOR_PREFIX) :]] = value
-        else:
-            model[key] = value
-    return model, extra
 
 
 def steps_per_epoch(num_unlabeled: int, batch_size: int) -> int:
@@ -344,96 +295,95 @@ def _train_normalizer(data: ClientData, mismatch: bool):
 # --------------------------------------------------------------------------------------------------------
 # The client: FixMatch local update
 # --------------------------------------------------------------------------------------------------------
-class FixMatchTrainer(Trainer):
+#: ``TrainContext.shared`` key of the optimizer state the ``shared_optimizer`` quirk hands between clients.
+SHARED_OPTIMIZER_KEY = "fixmatch.optimizer"
+
+
+def unlabeled_indices(data: ClientData) -> Tensor:
+    """U_i: the split's unlabeled set (with the labeled copies); the labeled set when there is none."""
+    return data.unlabeled_indices if data.unlabeled_indices is not None else data.indices
+
+
+class FixMatchTrainer(SGDTrainer):
     """FixMatch local update on labeled + unlabeled batches (methods.md §2.4 steps 1-7, baselines.md §3.3).
 
     Hooks for methods built on it: :meth:`make_pseudo_targets` (SAGE), :meth:`extra_losses` (ICPL, FedProto),
-    :meth:`observe` (per-step bookkeeping, e.g. class counts), :meth:`payload` (extra reply tensors).
+    :meth:`observe` (per-step bookkeeping, e.g. class counts), :meth:`payload` (extra reply tensors). The
+    settings of the round are read from the instruction into ``u.scratch.settings``.
     """
 
     needs_raw_inputs = True
-    #: Whether the frozen global model must also predict the labeled batch (ProxyFL's ICPL uses p_x^G).
-    needs_global_on_labeled = False
 
-    def __init__(self, **params: Any) -> None:
-        super().__init__(**params)
-        self.weak = Augmenter("weak")
-        self.strong = Augmenter("strong")
-        self.settings = SemiSupervisedSettings()
-        self.server_tensors: dict[str, Tensor] = {}
-        self._teacher: nn.Module | None = None
-        self._shared_optimizer_state: dict[str, Any] | None = None
-        self._optimizer: torch.optim.Optimizer | None = None
-        self._normalize = None
-        self._stats: dict[str, float] = defaultdict(float)
+    def num_examples(self, data: ClientData) -> int:
+        """n_i = |L_i| + |U_i| (baselines.md §3.1)."""
+        unlabeled = int(data.unlabeled_indices.numel()) if data.unlabeled_indices is not None else 0
+        return data.num_examples + unlabeled
 
     # -- set-up --------------------------------------------------------------------------------------------
-    def start_weights(self, ins: Instruction, state: ClientState, ctx: TrainContext) -> Weights:
-        """The global weights, after splitting off the server's extra tensors (``server.*``)."""
-        model_weights, self.server_tensors = split_server_tensors(ins.weights)
-        return super().start_weights(replace(ins, weights=model_weights), state, ctx)
-
-    def prepare(
-        self, model: nn.Module, data: ClientData, ins: Instruction, state: ClientState, ctx: TrainContext
-    ) -> None:
+    def prepare(self, u: LocalUpdate) -> None:
         """Read the settings, freeze a copy of the round's global model (GPL / OR mask), reset the stats."""
-        self.settings = SemiSupervisedSettings.from_config(ins.config)
-        self._normalize = _train_normalizer(data, self.settings.normalization_mismatch)
-        s = self.settings
-        self.weak = Augmenter("weak", pad=s.crop_padding, flip=s.flip)
-        self.strong = Augmenter("strong", pad=s.crop_padding, flip=s.flip, cutout=s.cutout)
-        self._stats = defaultdict(float)
-        if self.settings.needs_global_model and self.settings.unlabeled_ratio > 0:
-            if self._teacher is None:
-                self._teacher = copy.deepcopy(model)
-            self._teacher.load_state_dict(model.state_dict())
-            self._teacher.eval()
-            self._teacher.requires_grad_(False)
+        s = SemiSupervisedSettings.from_config(u.config)
+        if s.shared_optimizer and u.context.shared is None:
+            raise ConfigError(
+                "method.params.shared_optimizer=true hands one client's optimizer state to the next through "
+                "memory all clients share; only the embedded simulation offers it. Set it to false"
+            )
+        scratch = u.scratch
+        scratch.settings = s
+        scratch.normalize = _train_normalizer(u.data, s.normalization_mismatch)
+        scratch.weak = Augmenter("weak", pad=s.crop_padding, flip=s.flip)
+        scratch.strong = Augmenter("strong", pad=s.crop_padding, flip=s.flip, cutout=s.cutout)
+        scratch.stats = defaultdict(float)
+        #: Whether the frozen global model also predicts the labeled batch (ProxyFL's ICPL uses p_x^G).
+        scratch.global_on_labeled = False
+        scratch.teacher = None
+        if s.needs_global_model and s.unlabeled_ratio > 0:
+            teacher = copy.deepcopy(u.model)
+            teacher.eval()
+            teacher.requires_grad_(False)
+            scratch.teacher = teacher
 
-    def make_optimizer(self, model: nn.Module, ins: Instruction, ctx: TrainContext) -> torch.optim.Optimizer:
+    def make_optimizer(self, u: LocalUpdate) -> torch.optim.Optimizer:
         """The configured optimizer; with ``shared_optimizer`` it resumes the previous client's momentum
         buffers (the reference creates one SGD object for all clients and rounds, methods.md §2.4)."""
-        optimizer = super().make_optimizer(model, ins, ctx)
-        if self.settings.shared_optimizer and self._shared_optimizer_state is not None:
+        optimizer = super().make_optimizer(u)
+        shared = u.context.shared
+        if u.scratch.settings.shared_optimizer and shared.get(SHARED_OPTIMIZER_KEY) is not None:
             lr = optimizer.param_groups[0]["lr"]
-            optimizer.load_state_dict(self._shared_optimizer_state)
+            optimizer.load_state_dict(shared[SHARED_OPTIMIZER_KEY])
             for group in optimizer.param_groups:
                 group["lr"] = lr
-        self._optimizer = optimizer
+        u.scratch.optimizer = optimizer
         return optimizer
 
     # -- data ----------------------------------------------------------------------------------------------
-    @staticmethod
-    def unlabeled_indices(data: ClientData) -> Tensor:
-        """U_i: the split's unlabeled set (with the labeled copies); the labeled set when there is none."""
-        return data.unlabeled_indices if data.unlabeled_indices is not None else data.indices
-
-    def num_steps(self, data: ClientData, ctx: TrainContext) -> int:
+    def num_steps(self, u: LocalUpdate) -> int:
         """``train.local_steps`` if set, else ``local_epochs`` · ⌊|U_i|/B⌋ (methods.md §2.4)."""
-        if ctx.train.local_steps:
-            return int(ctx.train.local_steps)
-        per_epoch = steps_per_epoch(int(self.unlabeled_indices(data).numel()), ctx.train.batch_size)
-        return max(1, int(round(ctx.train.local_epochs * per_epoch)))
+        train = u.context.train
+        if train.local_steps:
+            return int(train.local_steps)
+        per_epoch = steps_per_epoch(int(unlabeled_indices(u.data).numel()), train.batch_size)
+        return max(1, int(round(train.local_epochs * per_epoch)))
 
-    def batches(self, data: ClientData, ctx: TrainContext) -> Iterator[SemiSupervisedBatch]:
+    def batches(self, u: LocalUpdate) -> Iterator[SemiSupervisedBatch]:
         """Labeled batches of B and unlabeled batches of μ·B (weak + strong views), augmented, normalised."""
-        gen = ctx.generator
-        batch_size = ctx.train.batch_size
-        unlabeled_size = self.settings.unlabeled_ratio * batch_size
-        unlabeled = self.unlabeled_indices(data)
+        data, gen, sc = u.data, u.context.generator, u.scratch
+        batch_size = u.context.train.batch_size
+        unlabeled_size = sc.settings.unlabeled_ratio * batch_size
+        unlabeled = unlabeled_indices(data)
         labeled_stream = IndexStream(data.indices, gen)
         unlabeled_stream = IndexStream(unlabeled, gen)
-        steps = self.num_steps(data, ctx)
+        steps = self.num_steps(u)
         last_epoch_start = steps - steps_per_epoch(int(unlabeled.numel()), batch_size)
-        norm = self._normalize
+        norm = sc.normalize
         for step in range(steps):
             li = labeled_stream.take(batch_size)
             ui = unlabeled_stream.take(unlabeled_size)
             raw_x = data.inputs[li]
-            x = norm(self.weak(raw_x, gen)) if li.numel() else norm(raw_x)
+            x = norm(sc.weak(raw_x, gen)) if li.numel() else norm(raw_x)
             raw_u = data.inputs[ui]
             if ui.numel():
-                weak, strong = norm(self.weak(raw_u, gen)), norm(self.strong(raw_u, gen))
+                weak, strong = norm(sc.weak(raw_u, gen)), norm(sc.strong(raw_u, gen))
             else:
                 weak = strong = norm(raw_u)
             yield SemiSupervisedBatch(
@@ -447,17 +397,17 @@ class FixMatchTrainer(Trainer):
 
     # -- the loss ------------------------------------------------------------------------------------------
     @torch.no_grad()
-    def global_predictions(self, batch: SemiSupervisedBatch) -> tuple[Tensor, Tensor | None]:
+    def global_predictions(self, u: LocalUpdate, batch: SemiSupervisedBatch) -> tuple[Tensor, Tensor | None]:
         """softmax(G(u_w)/T) and, for ProxyFL, softmax(G(x)/T) from the frozen global model (eval mode)."""
-        temperature = self.settings.temperature
-        num_labeled = batch.labeled.shape[0] if self.needs_global_on_labeled else 0
+        temperature = u.scratch.settings.temperature
+        num_labeled = batch.labeled.shape[0] if u.scratch.global_on_labeled else 0
         inputs = torch.cat([batch.labeled, batch.weak]) if num_labeled else batch.weak
-        probs = torch.softmax(self._teacher(inputs) / temperature, dim=1)
+        probs = torch.softmax(u.scratch.teacher(inputs) / temperature, dim=1)
         return probs[num_labeled:], (probs[:num_labeled] if num_labeled else None)
 
-    def make_pseudo_targets(self, step: SemiSupervisedStep) -> PseudoTargets:
+    def make_pseudo_targets(self, u: LocalUpdate, step: SemiSupervisedStep) -> PseudoTargets:
         """Pseudo-targets and mask for the strong views (override for SAGE's corrected targets)."""
-        s = self.settings
+        s = u.scratch.settings
         return pseudo_targets(
             step.local_probs,
             step.global_probs,
@@ -467,15 +417,13 @@ class FixMatchTrainer(Trainer):
             threshold=s.threshold,
         )
 
-    def extra_losses(self, model: nn.Module, step: SemiSupervisedStep, ins: Instruction) -> dict[str, Tensor]:
+    def extra_losses(self, u: LocalUpdate, step: SemiSupervisedStep) -> dict[str, Tensor]:
         """Extra weighted loss terms by name (ProxyFL's ICPL, FedProto's prototype term); none here."""
         return {}
 
-    def loss(
-        self, model: nn.Module, batch: SemiSupervisedBatch, ins: Instruction, state: ClientState
-    ) -> Tensor:
+    def loss(self, u: LocalUpdate, batch: SemiSupervisedBatch) -> Tensor:
         """L_s + λ_u·L_u + extra terms for one step, from one forward pass of [x; u_w; u_s]."""
-        s = self.settings
+        s, model = u.scratch.settings, u.model
         nb, nu = batch.labeled.shape[0], batch.weak.shape[0]
         inputs = torch.cat([batch.labeled, batch.weak, batch.strong])
         features = model.features(inputs)
@@ -485,21 +433,21 @@ class FixMatchTrainer(Trainer):
         step.losses["loss_supervised"] = float(total.detach())
         if nu:
             step.local_probs = torch.softmax(logits[nb : nb + nu].detach() / s.temperature, dim=1)
-            if self._teacher is not None and s.needs_global_model:
-                step.global_probs, step.global_probs_labeled = self.global_predictions(batch)
-            step.pseudo = self.make_pseudo_targets(step)
+            if u.scratch.teacher is not None and s.needs_global_model:
+                step.global_probs, step.global_probs_labeled = self.global_predictions(u, batch)
+            step.pseudo = self.make_pseudo_targets(u, step)
             loss_u = masked_kl_divergence(step.pseudo.targets, logits[nb + nu :], step.pseudo.mask)
             step.losses["loss_unlabeled"] = float(loss_u.detach())
             total = total + s.unlabeled_weight * loss_u
-        for name, term in self.extra_losses(model, step, ins).items():
+        for name, term in self.extra_losses(u, step).items():
             step.losses[name] = float(term.detach())
             total = total + term
-        self.observe(step)
+        self.observe(u, step)
         return total
 
-    def observe(self, step: SemiSupervisedStep) -> None:
+    def observe(self, u: LocalUpdate, step: SemiSupervisedStep) -> None:
         """Accumulate loss means and, in the last epoch, the pseudo-label statistics (methods.md §2.7)."""
-        stats = self._stats
+        stats = u.scratch.stats
         stats["steps"] += 1
         for name, value in step.losses.items():
             stats[name] += value
@@ -513,54 +461,41 @@ class FixMatchTrainer(Trainer):
         stats["pseudo_used_correct"] += float((correct & used).sum())
 
     # -- the reply -----------------------------------------------------------------------------------------
-    def payload(self, data: ClientData) -> dict[str, Tensor]:
+    def payload(self, u: LocalUpdate) -> dict[str, Tensor]:
         """Extra tensors for the server (ProxyFL's class counts, FedProto's prototypes); none here."""
         return {}
 
-    def finish(
-        self,
-        model: nn.Module,
-        data: ClientData,
-        ins: Instruction,
-        state: ClientState,
-        ctx: TrainContext,
-        metrics: dict[str, float],
-    ) -> Reply:
+    def finish(self, u: LocalUpdate, metrics: dict[str, float]) -> Reply:
         """Weights, n_i = |L_i| + |U_i| (baselines.md §3.1), loss means, pseudo-label counts, payload."""
-        if self.settings.shared_optimizer and self._optimizer is not None:
-            self._shared_optimizer_state = copy.deepcopy(self._optimizer.state_dict())
-        stats = dict(self._stats)
+        if u.scratch.settings.shared_optimizer:
+            u.context.shared[SHARED_OPTIMIZER_KEY] = copy.deepcopy(u.scratch.optimizer.state_dict())
+        stats = dict(u.scratch.stats)
         steps = max(stats.pop("steps", 0.0), 1.0)
         for key in list(stats):
             if key.startswith("loss_"):
                 metrics[key] = stats.pop(key) / steps
         metrics.update(stats)
-        num_labeled = data.num_examples
-        metrics["num_labeled"] = float(num_labeled)
-        num_unlabeled = int(self.unlabeled_indices(data).numel()) if data.unlabeled_indices is not None else 0
+        metrics["num_labeled"] = float(u.data.num_examples)
         return Reply(
-            weights=clone_weights(model.state_dict()),
-            num_examples=num_labeled + num_unlabeled,
+            weights=clone_weights(u.model.state_dict()),
+            num_examples=self.num_examples(u.data),
             metrics=metrics,
-            payload=self.payload(data),
+            payload=self.payload(u),
         )
 
 
 # --------------------------------------------------------------------------------------------------------
 # The server: FedAvg plus per-round pseudo-label bookkeeping
 # --------------------------------------------------------------------------------------------------------
-#: Per-round numbers every FSSL strategy logs (metrics.jsonl, fssl_rounds.csv).
-ROUND_KEYS = ("pseudo_label_accuracy", "pseudo_label_accuracy_used", "unlabeled_used_fraction")
-
-
 class SemiSupervised(FedAvg):
     """FedAvg of FixMatch-trained clients (baselines.md §3.1); the base of LPL, GPL, SAGE, ProxyFL, FedProto.
 
     Parameters (paper defaults): ``threshold`` τ = 0.95, ``unlabeled_ratio`` μ = 2, ``temperature`` T = 1,
     ``unlabeled_weight`` λ_u = 1, ``mask`` (None = the method's own), ``targets`` "hard" | "soft". Code
-    quirks, off by default: ``shared_optimizer``, ``inflated_labeled_weights`` (n_i = 2000·|L_i| + |U_i|),
-    ``normalization_mismatch`` (CIFAR-10 training normalisation, methods.md §2.2). Augmentation: ``flip``
-    (true; the reference flips SVHN too), ``crop_padding`` 4 px, ``cutout`` 16 px at 32x32 (scaled with size).
+    quirks, off by default: ``shared_optimizer`` (simulation-only), ``inflated_labeled_weights``
+    (n_i = 2000·|L_i| + |U_i|), ``normalization_mismatch`` (CIFAR-10 training normalisation, methods.md §2.2).
+    Augmentation: ``flip`` (true; the reference flips SVHN too), ``crop_padding`` 4 px, ``cutout`` 16 px at
+    32x32 (scaled with size). Each round's pooled pseudo-label statistics go into metrics.jsonl.
     """
 
     name = "fssl"
@@ -602,32 +537,37 @@ class SemiSupervised(FedAvg):
             crop_padding=crop_padding,
             cutout=cutout,
         )
-        _check(
-            isinstance(inflated_labeled_weights, bool),
-            f"method.params.inflated_labeled_weights={inflated_labeled_weights!r} must be true or false",
+        self.inflated_labeled_weights = check_flag("inflated_labeled_weights", inflated_labeled_weights)
+        #: This round's record: pooled pseudo-label statistics and mean losses (methods add theirs).
+        self.round_record: dict[str, Any] = {}
+
+    def simulation_only(self) -> list[str]:
+        return (
+            ["shared_optimizer (one optimizer state handed from client to client)"]
+            if self.settings.shared_optimizer
+            else []
         )
-        self.inflated_labeled_weights = inflated_labeled_weights
-        #: One dict per round: pooled pseudo-label statistics and mean losses of the replies.
-        self.history: list[dict[str, Any]] = []
 
     # -- hooks ---------------------------------------------------------------------------------------------
     def client_config(self, rnd: int) -> dict[str, ConfigValue]:
         """Config entries every client receives this round (subclasses add theirs)."""
         return self.settings.to_config()
 
-    def server_tensors(self, rnd: int) -> dict[str, Tensor]:
-        """Extra tensors sent inside ``Instruction.weights`` under ``server.`` (subclasses add theirs)."""
+    def client_payload(self, rnd: int) -> dict[str, Tensor]:
+        """Extra tensors every client receives this round (``Instruction.payload``; subclasses add theirs)."""
         return {}
 
     def configure(self, rnd: int, client_ids: list[int]) -> dict[int, Instruction]:
-        """The global model, the FixMatch settings and the method's extra server tensors for every client."""
-        weights = dict(self.global_weights())
-        for key, value in self.server_tensors(rnd).items():
-            weights[SERVER_TENSOR_PREFIX + key] = value
+        """The global model, the FixMatch settings and the method's extra tensors for every client."""
+        weights = self.global_weights()
+        payload = self.client_payload(rnd)
         config = self.client_config(rnd)
-        return {cid: Instruction(weights=weights, config=dict(config)) for cid in client_ids}
+        return {
+            cid: Instruction(weights=weights, payload=dict(payload), config=dict(config))
+            for cid in client_ids
+        }
 
-    def aggregation_weights(self, rnd: int, replies: dict[int, Reply]) -> np.ndarray:
+    def aggregation_weights(self, rnd: int, replies: Mapping[int, Reply]) -> np.ndarray:
         """n_i = |L_i| + |U_i|; with ``inflated_labeled_weights`` the reference's 2000·|L_i| + |U_i|."""
         weights = super().aggregation_weights(rnd, replies)
         if self.inflated_labeled_weights and self.weighting == "samples":
@@ -635,94 +575,39 @@ class SemiSupervised(FedAvg):
             weights = weights + (LABELED_REPEAT - 1) * labeled
         return weights
 
-    def aggregate(self, rnd: int, replies: dict[int, Reply]) -> None:
-        """FedAvg, then pool the clients' pseudo-label counts and mean losses into this round's record."""
-        super().aggregate(rnd, replies)
-        self.history.append(self.pool_metrics(rnd, replies))
-
-    @staticmethod
-    def pool_metrics(rnd: int, replies: dict[int, Reply]) -> dict[str, Any]:
-        """Pseudo-label accuracy (all / used) and the used fraction, pooled over the clients."""
-        sums: dict[str, float] = defaultdict(float)
-        losses: dict[str, list[float]] = defaultdict(list)
-        for cid in sorted(replies):
-            for key, value in replies[cid].metrics.items():
-                if key.startswith("pseudo_"):
-                    sums[key] += float(value)
-                elif key.startswith("loss_") and math.isfinite(value):
-                    losses[key].append(float(value))
-        record: dict[str, Any] = {"round": rnd}
-        total, used = sums.get("pseudo_total", 0.0), sums.get("pseudo_used", 0.0)
-        if total > 0:
-            record["pseudo_label_accuracy"] = sums["pseudo_correct"] / total
-            record["unlabeled_used_fraction"] = used / total
-            if used > 0:
-                record["pseudo_label_accuracy_used"] = sums["pseudo_used_correct"] / used
-        for key, values in losses.items():
-            record[key] = float(np.mean(values))
-        return record
+    def before_aggregate(self, rnd: int, replies: Mapping[int, Reply]) -> None:
+        """Pool the clients' pseudo-label counts and mean losses into this round's record."""
+        self.round_record = pool_metrics(replies)
 
     def round_metrics(self, rnd: int) -> dict[str, Any]:
         """This round's pseudo-label numbers and mean losses (into metrics.jsonl)."""
-        out = super().round_metrics(rnd)
-        if self.history and self.history[-1]["round"] == rnd:
-            out.update({k: v for k, v in self.history[-1].items() if k != "round"})
-        return out
+        return {**super().round_metrics(rnd), **self.round_record}
 
-    # -- artifacts ------------------------------------------------------------------------------------------
-    def write_artifacts(self, run_dir: Any) -> None:
-        """``fssl_rounds.csv`` and ``figures/pseudo_labels.png`` (pseudo-label accuracy, used fraction)."""
-        if not self.history:
-            return
-        run_dir = Path(run_dir)
-        keys = sorted(
-            {k for h in self.history for k, v in h.items() if k != "round" and isinstance(v, int | float)}
-        )
-        with open(run_dir / "fssl_rounds.csv", "w", newline="") as fh:
-            writer = csv.writer(fh)
-            writer.writerow(["round", *keys])
-            for h in self.history:
-                writer.writerow([h["round"], *[h.get(k, "") for k in keys]])
-        series = {k: [(h["round"], h[k]) for h in self.history if k in h] for k in ROUND_KEYS}
-        if any(series.values()):
-            plot_round_series(
-                series,
-                run_dir / "figures" / "pseudo_labels.png",
-                title=f"{self.name}: pseudo-labels on the clients' unlabeled data",
-                ylabel="fraction",
-            )
-
-    # -- state -----------------------------------------------------------------------------------------------
-    def state_dict(self) -> dict[str, Any]:
-        return {**super().state_dict(), "fssl_history": [dict(h) for h in self.history]}
-
-    def load_state_dict(self, sd: Mapping[str, Any]) -> None:
-        super().load_state_dict(sd)
-        self.history = [dict(h) for h in sd.get("fssl_history", [])]
+    def run_records(self) -> dict[str, Any]:
+        """Marks the run for the report's ``fssl_rounds.csv`` and pseudo-label figure."""
+        return {"fssl": {"method": self.name}}
 
 
-def plot_round_series(
-    series: Mapping[str, list[tuple[int, float]]], path: Path, title: str, ylabel: str
-) -> None:
-    """One line per named series of (round, value) pairs, saved as a PNG at ``path`` (matplotlib Agg)."""
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
-
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig = Figure(figsize=(7, 4), dpi=100)
-    FigureCanvasAgg(fig)
-    ax = fig.add_subplot(1, 1, 1)
-    for name, points in series.items():
-        if points:
-            xs, ys = zip(*points, strict=True)
-            ax.plot(xs, ys, label=name, marker="." if len(xs) < 40 else None)
-    ax.set_xlabel("round")
-    ax.set_ylabel(ylabel)
-    ax.set_title(title)
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path)
+def pool_metrics(replies: Mapping[int, Reply]) -> dict[str, Any]:
+    """Pseudo-label accuracy (all / used), the used fraction and mean losses, pooled over the clients."""
+    sums: dict[str, float] = defaultdict(float)
+    losses: dict[str, list[float]] = defaultdict(list)
+    for cid in sorted(replies):
+        for key, value in replies[cid].metrics.items():
+            if key.startswith("pseudo_"):
+                sums[key] += float(value)
+            elif key.startswith("loss_") and math.isfinite(value):
+                losses[key].append(float(value))
+    record: dict[str, Any] = {}
+    total, used = sums.get("pseudo_total", 0.0), sums.get("pseudo_used", 0.0)
+    if total > 0:
+        record["pseudo_label_accuracy"] = sums["pseudo_correct"] / total
+        record["unlabeled_used_fraction"] = used / total
+        if used > 0:
+            record["pseudo_label_accuracy_used"] = sums["pseudo_used_correct"] / used
+    for key, values in losses.items():
+        record[key] = float(np.mean(values))
+    return record
 
 
 class FixMatchLPL(SemiSupervised):
@@ -748,53 +633,42 @@ class FixMatchGPL(SemiSupervised):
 # --------------------------------------------------------------------------------------------------------
 # The bounds: FedAvg on the labeled samples only, and on fully labeled data
 # --------------------------------------------------------------------------------------------------------
-class AugmentedSupervisedTrainer(Trainer):
+class AugmentedSupervisedTrainer(SGDTrainer):
     """Supervised SGD with true labels on the weak view (flip + crop), the FSSL protocol's augmentation
     (baselines.md §3.1), so that the bounds differ from the FSSL methods only in what they learn from.
     Subclasses choose the training pool."""
 
     needs_raw_inputs = True
 
-    def __init__(self, **params: Any) -> None:
-        super().__init__(**params)
+    def __init__(self) -> None:
         self.weak = Augmenter("weak")
 
     def pool(self, data: ClientData) -> Tensor:
         """The indices this trainer learns from, with their true labels."""
         raise NotImplementedError
 
-    def num_steps(self, data: ClientData, ctx: TrainContext) -> int:
-        """``train.local_steps`` if set, else ``local_epochs`` · ⌊|pool|/B⌋."""
-        if ctx.train.local_steps:
-            return int(ctx.train.local_steps)
-        per_epoch = steps_per_epoch(int(self.pool(data).numel()), ctx.train.batch_size)
-        return max(1, int(round(ctx.train.local_epochs * per_epoch)))
+    def num_examples(self, data: ClientData) -> int:
+        """n_i = the size of the pool."""
+        return int(self.pool(data).numel())
 
-    def batches(self, data: ClientData, ctx: TrainContext) -> Iterator[tuple[Tensor, Tensor]]:
+    def num_steps(self, u: LocalUpdate) -> int:
+        """``train.local_steps`` if set, else ``local_epochs`` · ⌊|pool|/B⌋."""
+        train = u.context.train
+        if train.local_steps:
+            return int(train.local_steps)
+        per_epoch = steps_per_epoch(self.num_examples(u.data), train.batch_size)
+        return max(1, int(round(train.local_epochs * per_epoch)))
+
+    def batches(self, u: LocalUpdate) -> Iterator[tuple[Tensor, Tensor]]:
         """Batches of B from the pool, weakly augmented, normalised."""
+        data, gen = u.data, u.context.generator
         normalize = _train_normalizer(data, mismatch=False)
-        stream = IndexStream(self.pool(data), ctx.generator)
-        for _ in range(self.num_steps(data, ctx)):
-            idx = stream.take(ctx.train.batch_size)
+        stream = IndexStream(self.pool(data), gen)
+        for _ in range(self.num_steps(u)):
+            idx = stream.take(u.context.train.batch_size)
             if idx.numel() == 0:
                 return
-            yield normalize(self.weak(data.inputs[idx], ctx.generator)), data.labels[idx]
-
-    def finish(
-        self,
-        model: nn.Module,
-        data: ClientData,
-        ins: Instruction,
-        state: ClientState,
-        ctx: TrainContext,
-        metrics: dict[str, float],
-    ) -> Reply:
-        """Weights and n_i = the size of the pool."""
-        return Reply(
-            weights=clone_weights(model.state_dict()),
-            num_examples=int(self.pool(data).numel()),
-            metrics=metrics,
-        )
+            yield normalize(self.weak(data.inputs[idx], gen)), data.labels[idx]
 
 
 class LabeledOnlyTrainer(AugmentedSupervisedTrainer):
@@ -808,7 +682,7 @@ class FullySupervisedTrainer(AugmentedSupervisedTrainer):
     """The upper bound's client: all of U_i (which holds the labeled samples too), with true labels."""
 
     def pool(self, data: ClientData) -> Tensor:
-        return FixMatchTrainer.unlabeled_indices(data)
+        return unlabeled_indices(data)
 
 
 class AugmentedSupervised(FedAvg):

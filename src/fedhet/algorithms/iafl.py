@@ -2,8 +2,9 @@
 (baselines.md §2.5; verified against ``ZhaoxuanWu/Incentive-Aware-FL`` ``main_IAFL.py``).
 
 Contributions p_i (``contribution``): local data size (default, the code's option 1) or standalone test
-accuracy (``'standalone'``, the code's option 2 and FedRAC's choice; taken from the engine's cached
-standalone runs). Reward rates γ_i = min(p_i/p_ceil, 1) with p_ceil = max_j p_j.
+accuracy (``'standalone'``, the code's option 2 and FedRAC's choice; the reference contributions of the
+standalone pre-pass, ``FederationInfo.reference_contributions``). Reward rates γ_i = min(p_i/p_ceil, 1)
+with p_ceil = max_j p_j. Data sizes are the clients' self-reported sample counts.
 
 Per round:
 
@@ -31,8 +32,9 @@ from typing import Any
 
 import numpy as np
 
-from fedhet.algorithms.own_model import OwnModelStrategy, check_choice, check_number, weighted_sum
-from fedhet.engine.protocol import Reply, Weights
+from fedhet.algorithms.own_model import OwnModelStrategy, weighted_sum
+from fedhet.algorithms.params import check_choice, check_number
+from fedhet.engine.protocol import FederationInfo, Reply, Weights
 from fedhet.errors import ConfigError
 
 CONTRIBUTIONS = ("data-size", "standalone")
@@ -72,29 +74,36 @@ class IAFL(OwnModelStrategy):
         )
         self.contribution = check_choice("contribution", contribution, CONTRIBUTIONS)
 
-    def setup(self, ctx: Any) -> None:
-        super().setup(ctx)
+    def requirements(self) -> frozenset[str]:
+        """``contribution='standalone'`` takes the clients' standalone accuracies as its contributions."""
+        return frozenset({"reference_contributions"}) if self.contribution == "standalone" else frozenset()
+
+    def setup(self, info: FederationInfo) -> None:
+        super().setup(info)
+        self.last_sizes = np.zeros(info.num_clients, dtype=int)
+        self.recoveries = 0
         if self.contribution == "standalone":
-            if ctx.standalone_accuracies is None:
-                raise ConfigError(
-                    "method 'iafl' with contribution='standalone' needs the engine's standalone accuracies; "
-                    "run it through fedhet run/compare, or use contribution='data-size'"
-                )
-            self.p = np.asarray(ctx.standalone_accuracies(), dtype=np.float64)
-        else:
-            self.p = self.sizes.copy()
+            self.set_contributions(info.reference_contributions)
+
+    def receive_descriptions(self, descriptions: Mapping[int, Reply]) -> None:
+        """With ``contribution='data-size'`` (the default), p_i = the self-reported sample count."""
+        super().receive_descriptions(descriptions)
+        if self.contribution == "data-size":
+            self.set_contributions(self.sizes)
+
+    def set_contributions(self, contributions: np.ndarray) -> None:
+        """p, the reward rates γ and the top contributor."""
+        self.p = np.asarray(contributions, dtype=np.float64).copy()
         self.rates = iafl_reward_rates(self.p)
         self.top = int(np.argmax(self.rates))
-        self.last_sizes = np.zeros(ctx.num_clients, dtype=int)
-        self.recoveries = 0
 
     def before_round(self, rnd: int, client_ids: list[int]) -> None:
         q = self.recovery_probability
         if q <= 0:
             return
         reference = self.model.state_dict()
-        draws = self.ctx.rng.random(self.ctx.num_clients)
-        for cid in range(self.ctx.num_clients):
+        draws = self.info.rng.random(self.info.num_clients)
+        for cid in range(self.info.num_clients):
             if draws[cid] < q:
                 self.set_client_model(cid, reference)
                 self.recoveries += 1
@@ -102,7 +111,7 @@ class IAFL(OwnModelStrategy):
     def server_round(
         self, rnd: int, starts: dict[int, Weights], updates: dict[int, Weights], replies: dict[int, Reply]
     ) -> None:
-        n = self.ctx.num_clients
+        n = self.info.num_clients
         joined = sorted(updates)
         sizes = iafl_reward_set_sizes(self.rates, self.sharing, len(joined))
         self.last_sizes = sizes
@@ -110,7 +119,7 @@ class IAFL(OwnModelStrategy):
         for cid in range(n):
             others = [j for j in joined if j != cid]
             k = min(int(sizes[cid]), len(others))
-            chosen = sorted(int(j) for j in self.ctx.rng.choice(others, k, replace=False)) if k > 0 else []
+            chosen = sorted(int(j) for j in self.info.rng.choice(others, k, replace=False)) if k > 0 else []
             members = sorted(set(chosen) | ({cid} if cid in updates else set()))
             reward_sets.append(members)
             if members:

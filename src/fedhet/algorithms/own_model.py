@@ -30,29 +30,18 @@ model's parameters only, like the reference code's ``model.parameters()`` loops.
 
 from __future__ import annotations
 
-import csv
 import logging
 import math
 from collections.abc import Iterable, Mapping, Sequence
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 from torch import Tensor, nn
 
-from fedhet.engine.protocol import (
-    ClientData,
-    ClientState,
-    Instruction,
-    Reply,
-    Strategy,
-    TrainContext,
-    Trainer,
-    Weights,
-    clone_weights,
-)
-from fedhet.errors import ConfigError
+from fedhet.algorithms.fedavg import FedAvg, SGDTrainer
+from fedhet.engine.protocol import KEEP_KEY, FederationInfo, Instruction, LocalUpdate, Reply, Weights
+from fedhet.engine.weights import clone_weights
 
 log = logging.getLogger("fedhet")
 
@@ -221,7 +210,7 @@ def parameter_keys(model: nn.Module) -> list[str]:
 # --------------------------------------------------------------------------------------------------------
 # Client
 # --------------------------------------------------------------------------------------------------------
-class OwnModelTrainer(Trainer):
+class OwnModelTrainer(SGDTrainer):
     """Client of the own-model methods: train the own model, upload Δ, keep what ``ins.config`` says.
 
     Config keys (all optional): ``local_update`` ('reset': the model returns to where it started, CGSV/IAFL;
@@ -230,36 +219,21 @@ class OwnModelTrainer(Trainer):
     CFFL) and ``local_epochs`` (this round's local epochs, ShapFed's longer first round).
     """
 
-    def prepare(
-        self, model: nn.Module, data: ClientData, ins: Instruction, state: ClientState, ctx: TrainContext
-    ) -> None:
-        # The model already holds the start weights: the own model after this round's reward.
-        self._start = clone_weights(model.state_dict())
-        self._instruction = ins
-
-    def num_steps(self, data: ClientData, ctx: TrainContext) -> int:
+    def num_steps(self, u: LocalUpdate) -> int:
         """As the base, but an instruction's ``local_epochs`` overrides ``train.local_epochs`` this round."""
-        ins = getattr(self, "_instruction", None)
-        epochs = ins.config.get("local_epochs") if ins is not None else None
-        if epochs is None or ctx.train.local_steps:
-            return super().num_steps(data, ctx)
-        per_epoch = math.ceil(data.num_examples / ctx.train.batch_size) if data.num_examples else 0
+        epochs = u.config.get("local_epochs")
+        train = u.context.train
+        if epochs is None or train.local_steps:
+            return super().num_steps(u)
+        n = u.data.num_examples
+        per_epoch = math.ceil(n / train.batch_size) if n else 0
         return int(round(float(epochs) * per_epoch))
 
-    def finish(
-        self,
-        model: nn.Module,
-        data: ClientData,
-        ins: Instruction,
-        state: ClientState,
-        ctx: TrainContext,
-        metrics: dict[str, float],
-    ) -> Reply:
-        """Upload Δ (clipped / top-θ filtered as configured); keep the own model per ``local_update``."""
-        start = self._start
-        params = parameter_keys(model)
-        delta = state_delta(model.state_dict(), start)
-        cfg = ins.config
+    def finish(self, u: LocalUpdate, metrics: dict[str, float]) -> Reply:
+        """Upload Δ (clipped / top-θ filtered as configured); remember the own model per ``local_update``."""
+        params = parameter_keys(u.model)
+        delta = state_delta(u.model.state_dict(), u.start)
+        cfg = u.config
         clip = cfg.get("update_clip")
         if clip:
             delta = clip_elementwise(delta, float(clip), params)
@@ -270,32 +244,34 @@ class OwnModelTrainer(Trainer):
                 upload = topk_per_layer(delta, fraction, params)
             else:
                 upload = topk_global(delta, int(fraction * count_entries(delta, params)), params)
-        mode = cfg.get("local_update", "reset")
         payload: dict[str, Tensor] = {}
-        if mode == "keep":
-            state.weights = add_update(start, delta)
+        if cfg.get("local_update", "reset") == "keep":
+            u.scratch.own_model = add_update(u.start, delta)
             if upload is not delta:
                 payload = {LOCAL_UPDATE_PREFIX + k: v for k, v in delta.items()}
         else:
-            state.weights = start
-        return Reply(weights=upload, num_examples=data.num_examples, metrics=metrics, payload=payload)
+            u.scratch.own_model = u.start
+        return Reply(weights=upload, num_examples=self.num_examples(u.data), metrics=metrics, payload=payload)
+
+    def kept_weights(self, u: LocalUpdate, reply: Reply) -> Weights:
+        """The own model: where training started ('reset') or that plus the (clipped) update ('keep')."""
+        return u.scratch.own_model
 
 
 # --------------------------------------------------------------------------------------------------------
 # Server
 # --------------------------------------------------------------------------------------------------------
-class OwnModelStrategy(Strategy):
+class OwnModelStrategy(FedAvg):
     """Server base of CFFL/CGSV/ShapFed/IAFL: mirrors each client's own model and delivers rewards.
 
     Subclasses implement :meth:`server_round` (from the round's uploads: update ``self.model`` and call
     :meth:`give_reward`) and may override :meth:`client_config`, :meth:`before_round`,
     :meth:`contributions`, :meth:`extra_state` / :meth:`load_extra_state` and :meth:`client_columns`.
+    Client sample and class counts (``self.sizes``, ``self.class_counts``) are the clients' self-reported
+    descriptions.
     """
 
     trainer_class = OwnModelTrainer
-    #: The engine must not store replies as client models: replies carry Δ, the trainer keeps the model.
-    keeps_client_models = False
-    partial_replies = False
     #: What a client keeps of its own update ('reset' or 'keep'), sent in every instruction.
     local_update = "reset"
 
@@ -304,18 +280,28 @@ class OwnModelStrategy(Strategy):
         self.client_models: dict[int, Weights] = {}
         self.pending: dict[int, Weights] = {}
         self.resync: set[int] = set()
+        self.fresh: set[int] = set()
         self._awaiting: set[int] = set()
         self.rounds_done = 0
 
     # -- life cycle ---------------------------------------------------------------------------------------
-    def setup(self, ctx: Any) -> None:
-        super().setup(ctx)
-        init = clone_weights(self.model.state_dict())
+    def setup(self, info: FederationInfo) -> None:
+        super().setup(info)
+        self.initial_weights = clone_weights(self.model.state_dict())
         self.param_keys = parameter_keys(self.model)
-        self.float_keys = [k for k, v in init.items() if v.is_floating_point()]
-        self.client_models = {cid: clone_weights(init) for cid in range(ctx.num_clients)}
+        self.float_keys = [k for k, v in self.initial_weights.items() if v.is_floating_point()]
+        self.client_models = {cid: clone_weights(self.initial_weights) for cid in range(info.num_clients)}
+        # No client holds a model yet: its first instruction carries the initial one (plus pending rewards).
         self.pending, self.resync, self._awaiting, self.rounds_done = {}, set(), set(), 0
-        self.sizes = np.asarray(ctx.client_sizes, dtype=np.float64)
+        self.fresh = set(range(info.num_clients))
+        self.sizes = np.zeros(info.num_clients)
+        self.class_counts = np.zeros((info.num_clients, info.num_classes))
+
+    def receive_descriptions(self, descriptions: Mapping[int, Reply]) -> None:
+        """Self-reported sample counts n_i and class counts (0 for a client that sent no description)."""
+        for cid, rep in descriptions.items():
+            self.sizes[cid] = rep.num_examples
+            self.class_counts[cid] = rep.payload["class_counts"].double().cpu().numpy()
 
     def client_config(self, rnd: int, cid: int) -> dict[str, Any]:
         """Config sent to client ``cid`` in round ``rnd`` (scalars only, Flower-compatible)."""
@@ -325,22 +311,31 @@ class OwnModelStrategy(Strategy):
         """Called at the start of :meth:`configure` (IAFL's stochastic recovery)."""
 
     def configure(self, rnd: int, client_ids: list[int]) -> dict[int, Instruction]:
-        """Each sampled client gets its pending reward as a delta, or its full model when out of sync."""
+        """Each sampled client gets its pending reward as a delta, its full model when out of sync, and
+        the initial model plus its pending rewards the first time."""
         self.before_round(rnd, client_ids)
         out: dict[int, Instruction] = {}
         for cid in client_ids:
             if cid in self.resync:
                 ins = Instruction(weights=clone_weights(self.client_models[cid]), delta=False)
+            elif cid in self.fresh:
+                pending = self.pending.get(cid)
+                start = (
+                    add_update(self.initial_weights, pending) if pending is not None else self.initial_weights
+                )
+                ins = Instruction(weights=start, delta=False)
             elif cid in self.pending:
                 ins = Instruction(weights=self.pending[cid], delta=True)
             else:
                 ins = Instruction(weights={})
             ins.config.update(self.client_config(rnd, cid))
+            ins.config[KEEP_KEY] = "model"
             out[cid] = ins
         self._awaiting = set(client_ids)
+        self.fresh -= self._awaiting
         return out
 
-    def aggregate(self, rnd: int, replies: dict[int, Reply]) -> None:
+    def aggregate(self, rnd: int, replies: Mapping[int, Reply]) -> None:
         """Book-keep deliveries, apply what clients kept to the mirrors, then run :meth:`server_round`."""
         accepted = {cid: rep for cid, rep in sorted(replies.items()) if self._payload_ok(cid, rep)}
         for cid in self._awaiting:
@@ -425,14 +420,14 @@ class OwnModelStrategy(Strategy):
     # -- rewards ------------------------------------------------------------------------------------------
     def reward_model(self, cid: int) -> nn.Module | None:
         """Client ``cid``'s own model after its latest reward (the server's mirror of it)."""
-        model = self._scratch_model()
+        model = self.scratch_model()
         model.load_state_dict(self.client_models[cid])
         return model
 
     def has_rewards(self) -> bool:
         return True
 
-    # -- artifacts ----------------------------------------------------------------------------------------
+    # -- records ------------------------------------------------------------------------------------------
     def client_columns(self) -> dict[str, Sequence[float]]:
         """Per-client columns of ``<method>_clients.csv`` (override to add method-specific ones)."""
         cols: dict[str, Sequence[float]] = {"num_examples": self.sizes.tolist()}
@@ -441,15 +436,9 @@ class OwnModelStrategy(Strategy):
             cols["contribution"] = [float(v) for v in c]
         return cols
 
-    def write_artifacts(self, run_dir: Any) -> None:
-        """``<method>_clients.csv``: one row per client with its final contribution and reward state."""
-        cols = self.client_columns()
-        path = Path(run_dir) / f"{self.name}_clients.csv"
-        with open(path, "w", newline="") as fh:
-            writer = csv.writer(fh)
-            writer.writerow(["client", *cols])
-            for cid in range(self.ctx.num_clients):
-                writer.writerow([cid, *(cols[c][cid] for c in cols)])
+    def run_records(self) -> dict[str, Any]:
+        """One row per client with its final contribution and reward state (``<method>_clients.csv``)."""
+        return {"client_table": {"file": f"{self.name}_clients.csv", "columns": self.client_columns()}}
 
     # -- state ----------------------------------------------------------------------------------------------
     def extra_state(self) -> dict[str, Any]:
@@ -465,6 +454,7 @@ class OwnModelStrategy(Strategy):
             "client_models": {str(k): v for k, v in self.client_models.items()},
             "pending": {str(k): v for k, v in self.pending.items()},
             "resync": sorted(self.resync),
+            "fresh": sorted(self.fresh),
             "rounds_done": self.rounds_done,
             "extra": self.extra_state(),
         }
@@ -474,42 +464,9 @@ class OwnModelStrategy(Strategy):
         self.client_models = {int(k): dict(v) for k, v in sd["client_models"].items()}
         self.pending = {int(k): dict(v) for k, v in sd.get("pending", {}).items()}
         self.resync = {int(c) for c in sd.get("resync", [])}
+        self.fresh = {int(c) for c in sd.get("fresh", [])}
         self.rounds_done = int(sd.get("rounds_done", 0))
         self.load_extra_state(sd.get("extra", {}))
-
-
-# --------------------------------------------------------------------------------------------------------
-# Small validators shared by the four methods
-# --------------------------------------------------------------------------------------------------------
-def check_number(
-    name: str,
-    value: Any,
-    low: float,
-    high: float,
-    *,
-    low_open: bool = False,
-    high_open: bool = False,
-    hint: str = "",
-) -> float:
-    """``value`` as a float inside the interval, or a ConfigError naming ``method.params.<name>``."""
-    ok = isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(float(value))
-    if ok:
-        v = float(value)
-        ok = (v > low if low_open else v >= low) and (v < high if high_open else v <= high)
-    if not ok:
-        lo, hi = ("(" if low_open else "["), (")" if high_open else "]")
-        raise ConfigError(
-            f"method.params.{name}={value!r} must be a number in {lo}{low}, {high}{hi}"
-            + (f"; {hint}" if hint else "")
-        )
-    return float(value)
-
-
-def check_choice(name: str, value: Any, accepted: Sequence[str]) -> str:
-    """``value`` if it is one of ``accepted``, else a ConfigError naming ``method.params.<name>``."""
-    if value not in accepted:
-        raise ConfigError(f"method.params.{name}={value!r}; accepted: {list(accepted)}")
-    return value
 
 
 def class_presence(class_counts: np.ndarray) -> np.ndarray:

@@ -32,11 +32,9 @@ per-client C×C distance matrix, read along the other axis).
 
 from __future__ import annotations
 
-import csv
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -44,15 +42,10 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from fedhet.algorithms.fixmatch import (
-    FixMatchGPL,
-    FixMatchTrainer,
-    SemiSupervisedStep,
-    is_finite_number,
-    plot_round_series,
-)
-from fedhet.engine.protocol import ClientData, ClientState, ConfigValue, Instruction, Reply, TrainContext
-from fedhet.errors import ConfigError
+from fedhet.algorithms.fixmatch import FixMatchGPL, FixMatchTrainer, SemiSupervisedStep
+from fedhet.algorithms.params import check_choice, check_flag, check_integer, check_number
+from fedhet.engine.protocol import ConfigValue, FederationInfo, LocalUpdate, Reply
+from fedhet.errors import ConfigError, ProtocolError
 
 __all__ = [
     "GPT_DIRECTIONS",
@@ -75,7 +68,8 @@ GPT_DIRECTIONS = ("paper", "code")
 INDECISIVE_RULES = ("prior", "top-k")
 #: ICPL drops negatives whose cosine similarity to the anchor is below this (methods.md §2.5).
 NEGATIVE_MIN_SIMILARITY = 1e-6
-_PRIOR_KEY = "proxyfl.prior"
+#: Instruction.payload key of the global class prior.
+PRIOR_KEY = "proxyfl.prior"
 
 
 # --------------------------------------------------------------------------------------------------------
@@ -249,31 +243,31 @@ def _require_proxy_heads(model: nn.Module) -> None:
 class ProxyFLTrainer(FixMatchTrainer):
     """FixMatch-GPL (OR mask) + ICPL, counting classes in the last local epoch (methods.md §2.4, §2.5)."""
 
-    def prepare(
-        self, model: nn.Module, data: ClientData, ins: Instruction, state: ClientState, ctx: TrainContext
-    ) -> None:
-        cfg = ins.config
-        self.icpl = bool(cfg.get("proxyfl.icpl", True))
-        self.icpl_weight = float(cfg.get("proxyfl.icpl_weight", 1.0))
-        self.indecisive_rule = str(cfg.get("proxyfl.indecisive_rule", "prior"))
-        self.indecisive_top_k = int(cfg.get("proxyfl.indecisive_top_k", 5))
-        self.needs_global_on_labeled = self.icpl
-        super().prepare(model, data, ins, state, ctx)
-        if _PRIOR_KEY not in self.server_tensors:
-            raise ConfigError(
-                "the ProxyFL trainer needs the global class prior from the server (Instruction.weights"
-                f"['server.{_PRIOR_KEY}']); run it with the 'proxyfl' strategy"
+    def prepare(self, u: LocalUpdate) -> None:
+        super().prepare(u)
+        cfg, sc = u.config, u.scratch
+        sc.icpl = bool(cfg.get("proxyfl.icpl", True))
+        sc.icpl_weight = float(cfg.get("proxyfl.icpl_weight", 1.0))
+        sc.indecisive_rule = str(cfg.get("proxyfl.indecisive_rule", "prior"))
+        sc.indecisive_top_k = int(cfg.get("proxyfl.indecisive_top_k", 5))
+        sc.global_on_labeled = sc.icpl
+        prior = u.instruction.payload.get(PRIOR_KEY)
+        if prior is None:
+            raise ProtocolError(
+                f"the ProxyFL trainer needs the global class prior from the server (Instruction.payload"
+                f"['{PRIOR_KEY}']); run it with the 'proxyfl' strategy"
             )
-        self.prior = self.server_tensors[_PRIOR_KEY].to(data.inputs.device, torch.float32)
-        if self.icpl:
-            _require_proxy_heads(model)
-        self.class_counts = torch.zeros(data.num_classes, dtype=torch.float64)
+        sc.prior = prior.to(u.data.inputs.device, torch.float32)
+        if sc.icpl:
+            _require_proxy_heads(u.model)
+        sc.class_counts = torch.zeros(u.data.num_classes, dtype=torch.float64)
 
-    def extra_losses(self, model: nn.Module, step: SemiSupervisedStep, ins: Instruction) -> dict[str, Tensor]:
+    def extra_losses(self, u: LocalUpdate, step: SemiSupervisedStep) -> dict[str, Tensor]:
         """L_c = ICPL over [x; u_w; u_s] with q = [p_x^G; p_u^G; p_u^G] and κ = [m_x; m; m]."""
-        if not self.icpl or step.pseudo is None or step.global_probs is None:
+        sc = u.scratch
+        if not sc.icpl or step.pseudo is None or step.global_probs is None:
             return {}
-        threshold = self.settings.threshold
+        threshold = sc.settings.threshold
         probs_u, mask_u = step.global_probs, step.pseudo.mask.bool()
         probs, confident = [probs_u, probs_u], [mask_u, mask_u]
         if step.num_labeled:
@@ -281,7 +275,8 @@ class ProxyFLTrainer(FixMatchTrainer):
             probs.insert(0, probs_x)
             confident.insert(0, probs_x.max(dim=1).values >= threshold)
         probs_all = torch.cat(probs).detach()
-        candidates = candidate_class_sets(probs_all, self.prior, self.indecisive_rule, self.indecisive_top_k)
+        candidates = candidate_class_sets(probs_all, sc.prior, sc.indecisive_rule, sc.indecisive_top_k)
+        model = u.model
         loss = icpl_loss(
             model.feat_proj(step.features),
             model.proxy_proj(model.head.weight),
@@ -290,45 +285,27 @@ class ProxyFLTrainer(FixMatchTrainer):
             candidates,
             step.num_labeled,
         )
-        return {"loss_icpl": self.icpl_weight * loss}
+        return {"loss_icpl": sc.icpl_weight * loss}
 
-    def observe(self, step: SemiSupervisedStep) -> None:
+    def observe(self, u: LocalUpdate, step: SemiSupervisedStep) -> None:
         """Also count classes in the last epoch: true labels of x, global pseudo-labels where m = 1."""
-        super().observe(step)
+        super().observe(u, step)
         if not step.batch.last_epoch:
             return
-        c = self.class_counts.shape[0]
-        self.class_counts += torch.bincount(step.batch.labels.cpu(), minlength=c).double()
+        counts = u.scratch.class_counts
+        c = counts.shape[0]
+        counts += torch.bincount(step.batch.labels.cpu(), minlength=c).double()
         if step.pseudo is not None:
             used = step.pseudo.labels[step.pseudo.mask > 0].cpu()
-            self.class_counts += torch.bincount(used, minlength=c).double()
+            counts += torch.bincount(used, minlength=c).double()
 
-    def payload(self, data: ClientData) -> dict[str, Tensor]:
-        return {"class_counts": self.class_counts.clone()}
+    def payload(self, u: LocalUpdate) -> dict[str, Tensor]:
+        return {"class_counts": u.scratch.class_counts.clone()}
 
 
 # --------------------------------------------------------------------------------------------------------
 # Server
 # --------------------------------------------------------------------------------------------------------
-def _check_int(name: str, value: Any, low: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < low:
-        raise ConfigError(f"method.params.{name}={value!r} must be an integer >= {low}")
-    return value
-
-
-def _check_float(
-    name: str, value: Any, low: float, high: float | None = None, *, open_low: bool = False
-) -> float:
-    ok = is_finite_number(value) and (value > low if open_low else value >= low)
-    if high is not None:
-        ok = ok and value <= high
-    if not ok:
-        bound = f"> {low}" if open_low else f">= {low}"
-        bound += f" and <= {high}" if high is not None else ""
-        raise ConfigError(f"method.params.{name}={value!r} must be a number {bound}")
-    return float(value)
-
-
 class ProxyFL(FixMatchGPL):
     """ProxyFL: FixMatch-GPL + ICPL on the clients; FedAvg, proxy tuning (GPT) and a class prior (server).
 
@@ -357,35 +334,24 @@ class ProxyFL(FixMatchGPL):
         **kw: Any,
     ) -> None:
         super().__init__(**kw)
-        for name, value in (("gpt", gpt), ("icpl", icpl)):
-            if not isinstance(value, bool):
-                raise ConfigError(f"method.params.{name}={value!r} must be true or false")
-        if gpt_direction not in GPT_DIRECTIONS:
-            raise ConfigError(
-                f"method.params.gpt_direction={gpt_direction!r}; accepted: {list(GPT_DIRECTIONS)}"
-            )
-        if indecisive_rule not in INDECISIVE_RULES:
-            raise ConfigError(
-                f"method.params.indecisive_rule={indecisive_rule!r}; accepted: {list(INDECISIVE_RULES)}"
-            )
-        self.gpt, self.icpl = gpt, icpl
-        self.icpl_weight = _check_float("icpl_weight", icpl_weight, 0.0)
-        self.prior_momentum = _check_float("prior_momentum", prior_momentum, 0.0, 1.0)
-        self.gpt_epochs = _check_int("gpt_epochs", gpt_epochs, 0)
-        self.gpt_batch_size = _check_int("gpt_batch_size", gpt_batch_size, 1)
-        self.gpt_lr = _check_float("gpt_lr", gpt_lr, 0.0, open_low=True)
-        self.gpt_margin_cap = _check_float("gpt_margin_cap", gpt_margin_cap, 0.0)
-        self.gpt_direction = gpt_direction
-        self.indecisive_rule = indecisive_rule
-        self.indecisive_top_k = _check_int("indecisive_top_k", indecisive_top_k, 1)
+        self.gpt, self.icpl = check_flag("gpt", gpt), check_flag("icpl", icpl)
+        self.icpl_weight = check_number("icpl_weight", icpl_weight, 0.0)
+        self.prior_momentum = check_number("prior_momentum", prior_momentum, 0.0, 1.0)
+        self.gpt_epochs = check_integer("gpt_epochs", gpt_epochs, 0)
+        self.gpt_batch_size = check_integer("gpt_batch_size", gpt_batch_size, 1)
+        self.gpt_lr = check_number("gpt_lr", gpt_lr, 0.0, low_open=True)
+        self.gpt_margin_cap = check_number("gpt_margin_cap", gpt_margin_cap, 0.0)
+        self.gpt_direction = check_choice("gpt_direction", gpt_direction, GPT_DIRECTIONS)
+        self.indecisive_rule = check_choice("indecisive_rule", indecisive_rule, INDECISIVE_RULES)
+        self.indecisive_top_k = check_integer("indecisive_top_k", indecisive_top_k, 1)
         self.prior: Tensor | None = None
 
-    def setup(self, ctx: Any) -> None:
+    def setup(self, info: FederationInfo) -> None:
         """Start the prior uniform, 1/C; check the model has the projection heads ICPL needs."""
-        super().setup(ctx)
+        super().setup(info)
         if self.icpl:
-            _require_proxy_heads(ctx.model)
-        self.prior = torch.full((ctx.num_classes,), 1.0 / ctx.num_classes, dtype=torch.float64)
+            _require_proxy_heads(info.model)
+        self.prior = torch.full((info.num_classes,), 1.0 / info.num_classes, dtype=torch.float64)
 
     def client_config(self, rnd: int) -> dict[str, ConfigValue]:
         return {
@@ -396,14 +362,13 @@ class ProxyFL(FixMatchGPL):
             "proxyfl.indecisive_top_k": self.indecisive_top_k,
         }
 
-    def server_tensors(self, rnd: int) -> dict[str, Tensor]:
+    def client_payload(self, rnd: int) -> dict[str, Tensor]:
         """The prior of the previous round, P_G' (methods.md §2.6 step 3)."""
-        return {_PRIOR_KEY: self.prior.float()}
+        return {PRIOR_KEY: self.prior.float()}
 
-    def aggregate(self, rnd: int, replies: dict[int, Reply]) -> None:
-        """FedAvg, then GPT on the classifier, then the prior EMA from the uploaded class counts."""
-        super().aggregate(rnd, replies)
-        record = self.history[-1]
+    def after_aggregate(self, rnd: int, replies: Mapping[int, Reply]) -> None:
+        """After FedAvg: GPT on the classifier, then the prior EMA from the uploaded class counts."""
+        record = self.round_record
         if replies and self.gpt and self.gpt_epochs > 0:
             head = self.model.head
             key = f"{getattr(self.model, 'head_prefix', 'head')}.weight"
@@ -416,7 +381,7 @@ class ProxyFL(FixMatchGPL):
                 lr=self.gpt_lr,
                 margin_cap=self.gpt_margin_cap,
                 direction=self.gpt_direction,
-                rng=self.ctx.rng,
+                rng=self.info.rng,
             )
             with torch.no_grad():
                 head.weight.copy_(result.proxies)
@@ -428,7 +393,7 @@ class ProxyFL(FixMatchGPL):
             self.prior = update_class_prior(self.prior, counts, self.prior_momentum)
         record["global_prior"] = [float(v) for v in self.prior]
 
-    def _class_counts(self, rnd: int, replies: dict[int, Reply]) -> Tensor | None:
+    def _class_counts(self, rnd: int, replies: Mapping[int, Reply]) -> Tensor | None:
         rows = []
         for cid in sorted(replies):
             counts = replies[cid].payload.get("class_counts")
@@ -449,26 +414,6 @@ class ProxyFL(FixMatchGPL):
                 continue
             rows.append(counts.double().cpu())
         return torch.stack(rows) if rows else None
-
-    def write_artifacts(self, run_dir: Any) -> None:
-        """Also ``global_prior.csv`` and ``figures/global_prior.png`` (the prior over rounds)."""
-        super().write_artifacts(run_dir)
-        rows = [(h["round"], h["global_prior"]) for h in self.history if "global_prior" in h]
-        if not rows:
-            return
-        run_dir = Path(run_dir)
-        num_classes = len(rows[0][1])
-        uniform = [1.0 / num_classes] * num_classes
-        rows = [(0, uniform), *rows]
-        with open(run_dir / "global_prior.csv", "w", newline="") as fh:
-            writer = csv.writer(fh)
-            writer.writerow(["round", *[f"class_{k}" for k in range(num_classes)]])
-            for rnd, prior in rows:
-                writer.writerow([rnd, *prior])
-        series = {f"class {k}": [(rnd, prior[k]) for rnd, prior in rows] for k in range(num_classes)}
-        plot_round_series(
-            series, run_dir / "figures" / "global_prior.png", "ProxyFL: global class prior", "P(c)"
-        )
 
     def state_dict(self) -> dict[str, Any]:
         return {**super().state_dict(), "proxyfl_prior": self.prior.clone()}

@@ -16,14 +16,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from fedhet.algorithms.fixmatch import (
-    FixMatchTrainer,
-    PseudoTargets,
-    SemiSupervised,
-    SemiSupervisedStep,
-    is_finite_number,
-)
-from fedhet.engine.protocol import ClientData, ClientState, ConfigValue, Instruction, TrainContext
+from fedhet.algorithms.fixmatch import FixMatchTrainer, PseudoTargets, SemiSupervised, SemiSupervisedStep
+from fedhet.algorithms.params import check_number
+from fedhet.engine.protocol import ConfigValue, LocalUpdate
 from fedhet.errors import ConfigError
 
 #: κ = ln 2 / 0.05 (the code's constant; its ``--kappa 0.5`` option is unused).
@@ -53,23 +48,12 @@ def sage_targets(
 class SAGETrainer(FixMatchTrainer):
     """FixMatch with SAGE's corrected targets in place of the hard global pseudo-labels."""
 
-    def prepare(
-        self,
-        model: torch.nn.Module,
-        data: ClientData,
-        ins: Instruction,
-        state: ClientState,
-        ctx: TrainContext,
-    ) -> None:
-        super().prepare(model, data, ins, state, ctx)
-        self.discrepancy_scale = float(ins.config.get(_CONFIG_KEY, DEFAULT_DISCREPANCY_SCALE))
-
-    def make_pseudo_targets(self, step: SemiSupervisedStep) -> PseudoTargets:
+    def make_pseudo_targets(self, u: LocalUpdate, step: SemiSupervisedStep) -> PseudoTargets:
         return sage_targets(
             step.local_probs,
             step.global_probs,
-            threshold=self.settings.threshold,
-            discrepancy_scale=self.discrepancy_scale,
+            threshold=u.scratch.settings.threshold,
+            discrepancy_scale=float(u.config.get(_CONFIG_KEY, DEFAULT_DISCREPANCY_SCALE)),
         )
 
 
@@ -91,13 +75,14 @@ class SAGE(SemiSupervised):
                 f"SAGE defines its own targets and the OR mask; got mask={kw.get('mask')!r}, "
                 f"targets={kw.get('targets')!r}. Leave method.params.mask/targets unset"
             )
-        if not is_finite_number(discrepancy_scale) or discrepancy_scale < 0:
-            raise ConfigError(
-                f"method.params.discrepancy_scale={discrepancy_scale!r} must be a number >= 0 "
-                f"(κ; the paper's code uses ln 2 / 0.05 = {DEFAULT_DISCREPANCY_SCALE:.4f})"
-            )
+        discrepancy_scale = check_number(
+            "discrepancy_scale",
+            discrepancy_scale,
+            0.0,
+            hint=f"κ; the paper's code uses ln 2 / 0.05 = {DEFAULT_DISCREPANCY_SCALE:.4f}",
+        )
         super().__init__(**kw)
-        self.discrepancy_scale = float(discrepancy_scale)
+        self.discrepancy_scale = discrepancy_scale
 
     def client_config(self, rnd: int) -> dict[str, ConfigValue]:
         return {**super().client_config(rnd), _CONFIG_KEY: self.discrepancy_scale}

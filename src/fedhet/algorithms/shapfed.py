@@ -40,8 +40,9 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from fedhet.algorithms.own_model import OwnModelStrategy, check_choice, check_number, weighted_sum
-from fedhet.engine.protocol import Reply, Weights
+from fedhet.algorithms.own_model import OwnModelStrategy, weighted_sum
+from fedhet.algorithms.params import check_choice, check_integer, check_number
+from fedhet.engine.protocol import FederationInfo, Reply, Weights
 from fedhet.errors import ConfigError
 
 CONTRIBUTIONS = ("grand-coalition", "exact-shapley", "monte-carlo")
@@ -152,32 +153,22 @@ class ShapFed(OwnModelStrategy):
         )
         self.aggregation = check_choice("aggregation", aggregation, AGGREGATIONS)
         self.reward_scale = check_choice("reward_scale", reward_scale, REWARD_SCALES)
-        if isinstance(permutations, bool) or not isinstance(permutations, int) or permutations < 1:
-            raise ConfigError(f"method.params.permutations={permutations!r} must be an integer >= 1")
-        self.permutations = permutations
-        if (
-            isinstance(max_exact_clients, bool)
-            or not isinstance(max_exact_clients, int)
-            or not (1 <= max_exact_clients <= 20)
-        ):
-            raise ConfigError(
-                f"method.params.max_exact_clients={max_exact_clients!r} must be an integer in [1, 20]"
-            )
-        self.max_exact_clients = max_exact_clients
+        self.permutations = check_integer("permutations", permutations, 1)
+        self.max_exact_clients = check_integer("max_exact_clients", max_exact_clients, 1, 20)
         if first_round_epochs is not None:
             first_round_epochs = check_number(
                 "first_round_epochs", first_round_epochs, 0.0, float("inf"), low_open=True, high_open=True
             )
         self.first_round_epochs = first_round_epochs
 
-    def setup(self, ctx: Any) -> None:
-        if self.contribution == "exact-shapley" and ctx.num_clients > self.max_exact_clients:
+    def setup(self, info: FederationInfo) -> None:
+        if self.contribution == "exact-shapley" and info.num_clients > self.max_exact_clients:
             raise ConfigError(
                 f"method 'shapfed' with contribution='exact-shapley' enumerates 2^N coalitions; N = "
-                f"{ctx.num_clients} exceeds max_exact_clients = {self.max_exact_clients}. Use "
+                f"{info.num_clients} exceeds max_exact_clients = {self.max_exact_clients}. Use "
                 "contribution='monte-carlo' (with permutations=...) or raise max_exact_clients (<= 20)"
             )
-        super().setup(ctx)
+        super().setup(info)
         if not hasattr(self.model, "head_keys"):
             raise ConfigError(
                 "method 'shapfed' needs a fedhet model with a linear 'head' (FedModel.head_keys())"
@@ -187,10 +178,10 @@ class ShapFed(OwnModelStrategy):
         self.head_bias = next((k for k in keys if k.endswith("bias")), None)
         if self.head_weight is None:
             raise ConfigError(f"method 'shapfed': the model's head has no weight (keys {keys})")
-        n = ctx.num_clients
+        n = info.num_clients
         self.gamma = np.zeros(n)
         self.scored = np.zeros(n, dtype=bool)
-        self.class_scores = np.zeros((n, ctx.num_classes))
+        self.class_scores = np.zeros((n, info.num_classes))
         self.weights = np.full(n, 1.0 / n)
         self.mixing = np.full(n, 1.0 / n)
 
@@ -206,12 +197,12 @@ class ShapFed(OwnModelStrategy):
             return grand_coalition_scores(vectors, weights)
         if self.contribution == "exact-shapley":
             return exact_shapley_scores(vectors, weights)
-        return monte_carlo_shapley_scores(vectors, weights, self.permutations, self.ctx.rng)
+        return monte_carlo_shapley_scores(vectors, weights, self.permutations, self.info.rng)
 
     def server_round(
         self, rnd: int, starts: dict[int, Weights], updates: dict[int, Weights], replies: dict[int, Reply]
     ) -> None:
-        n = self.ctx.num_clients
+        n = self.info.num_clients
         ids = sorted(updates)
         if ids:
             # g = (w_init − w_final) = −Δ on the head (the 1/lr factor cancels in the cosines)
@@ -241,7 +232,7 @@ class ShapFed(OwnModelStrategy):
             elif self.aggregation == "uniform":
                 self.mixing = np.full(n, 1.0 / n)
             else:
-                self.mixing = self.sizes / self.sizes.sum()
+                self.mixing = self.sizes / self.sizes.sum() if self.sizes.sum() > 0 else np.full(n, 1.0 / n)
             p = self.mixing[ids]
             p = p / p.sum() if p.sum() > 0 else np.full(len(ids), 1.0 / len(ids))
             trained = [self.client_models[c] for c in ids]

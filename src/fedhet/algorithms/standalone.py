@@ -1,28 +1,39 @@
 """Standalone training: every client trains alone, with the same budget as the federated runs.
 
 Its per-client test accuracies are the contribution ground truth of the CFFL/CGSV/FedSAC/FedRAC line of
-work (baselines.md §1.1); the engine caches them (``fedhet.engine.simulation.standalone_accuracies``).
+work (baselines.md §1.1); ``fedhet.experiment.standalone_accuracies`` runs it as a cached pre-pass and hands
+the result to the methods and metrics that declare they need it.
 """
 
 from __future__ import annotations
 
-from fedhet.engine.protocol import Instruction, Reply, Strategy
+from collections.abc import Mapping
+
+from fedhet.algorithms.fedavg import FedAvg
+from fedhet.engine.protocol import KEEP_KEY, Instruction, Reply
 
 
-class Standalone(Strategy):
-    """No communication after round 1: each client keeps training its own model; nothing is aggregated."""
+class Standalone(FedAvg):
+    """No communication after a client's first round: it keeps training its own model; nothing is averaged.
+
+    A client the server has not heard from yet receives the initial model; afterwards it trains from the
+    model it keeps (``keep = "model"``) and the server only records its replies (the reward models).
+    """
 
     name = "standalone"
-    keeps_client_models = True
+    rewards_are_reference = True
 
     def __init__(self) -> None:
         super().__init__(weighting="samples", reward="local")
 
     def configure(self, rnd: int, client_ids: list[int]) -> dict[int, Instruction]:
-        # Empty weights: the client starts from its own model (the shared initial model in round 1).
-        return {cid: Instruction(weights={}) for cid in client_ids}
+        initial = self.global_weights()  # never aggregated: the shared initial model
+        return {
+            cid: Instruction(weights={} if cid in self.local_weights else initial, config={KEEP_KEY: "model"})
+            for cid in client_ids
+        }
 
-    def aggregate(self, rnd: int, replies: dict[int, Reply]) -> None:
+    def aggregate(self, rnd: int, replies: Mapping[int, Reply]) -> None:
         for cid, rep in replies.items():
             self.local_weights[cid] = rep.weights
 

@@ -22,20 +22,20 @@ import torch
 from torch import Tensor, nn
 
 from fedhet import metrics as M
-from fedhet.algorithms import build_strategy
 from fedhet.config import ExperimentConfig, to_toml
 from fedhet.engine import checkpoint as ckpt
-from fedhet.engine.evaluation import accuracy_of, evaluate_model, predict  # noqa: F401
+from fedhet.engine.boundary import check_description, check_reply
+from fedhet.engine.client import describe_instruction, run_client
+from fedhet.engine.evaluation import evaluate_model
 from fedhet.engine.protocol import (
+    LR_KEY,
     ClientData,
     ClientState,
+    FederationInfo,
     Reply,
-    ServerContext,
     Strategy,
     TrainContext,
     Trainer,
-    check_reply,
-    clone_weights,
 )
 from fedhet.errors import ClientUpdateError, ConfigError
 
@@ -74,10 +74,6 @@ def resolve_device(name: str) -> torch.device:
     if name == "cuda" and not torch.cuda.is_available():
         raise ConfigError("train.device='cuda' but no CUDA device is available; use 'auto' or 'cpu'")
     return torch.device(name)
-
-
-def cache_dir() -> Path:
-    return Path(os.environ.get("FEDHET_CACHE", Path.home() / ".cache" / "fedhet"))
 
 
 # --------------------------------------------------------------------------------------------------------
@@ -204,48 +200,6 @@ def build_federation(cfg: ExperimentConfig, device: torch.device, raw_inputs: bo
 
 
 # --------------------------------------------------------------------------------------------------------
-# Standalone accuracies (cached)
-# --------------------------------------------------------------------------------------------------------
-def standalone_key(cfg: ExperimentConfig) -> str:
-    """Cache key: dataset, split and params, clients, seed, model and the local-training budget."""
-    return cfg.fingerprint(
-        "data", "model", "train", "seed", exclude=("train.device", "train.threads", "train.client_dropout")
-    )
-
-
-def _standalone_cache_file(cfg: ExperimentConfig) -> Path:
-    return cache_dir() / "standalone" / f"{standalone_key(cfg)}.json"
-
-
-def store_standalone_accuracies(cfg: ExperimentConfig, accuracies: Sequence[float]) -> None:
-    """Put per-client standalone accuracies for ``cfg``'s (data, model, budget, seed) into the cache."""
-    path = _standalone_cache_file(cfg)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(f".{os.getpid()}.tmp")
-    payload = {"accuracies": [float(a) for a in accuracies], "config": cfg.to_dict()}
-    tmp.write_text(json.dumps(payload, default=str))
-    tmp.replace(path)
-
-
-def standalone_accuracies(
-    cfg: ExperimentConfig, *, use_cache: bool = True, progress: Callable[..., None] | None = None
-) -> np.ndarray:
-    """Per-client test accuracy of models trained on each client alone with the run's budget (cached)."""
-    path = _standalone_cache_file(cfg)
-    if use_cache and path.is_file():
-        return np.array(json.loads(path.read_text())["accuracies"], dtype=np.float64)
-    sub = cfg.copy()
-    sub.method.name, sub.method.params = "standalone", {}
-    sub.eval.fairness = False
-    sub.eval.every = sub.train.rounds
-    summary = Simulation(sub, run_dir=None, progress=progress).run()
-    acc = np.array(summary["rewards"], dtype=np.float64)
-    if use_cache:
-        store_standalone_accuracies(cfg, acc)
-    return acc
-
-
-# --------------------------------------------------------------------------------------------------------
 # The simulation
 # --------------------------------------------------------------------------------------------------------
 def learning_rate(cfg: ExperimentConfig, rnd: int) -> float:
@@ -273,35 +227,42 @@ def sample_clients(cfg: ExperimentConfig, rnd: int) -> list[int]:
 
 
 class Simulation:
-    """Run one experiment in-process: ``Simulation(cfg, run_dir=...).run()`` returns the summary dict."""
+    """Run one experiment in-process: ``Simulation(cfg, strategy, run_dir=...).run()`` returns the summary.
+
+    The server side (``strategy``) and the clients (one ``trainer``, each client's state and data) meet
+    only through messages: a round-0 describe exchange, then per round the instructions of
+    ``strategy.configure`` and the clients' replies from :func:`~fedhet.engine.client.run_client`.
+    ``reference_contributions`` are the per-client standalone accuracies (fairness metrics, and the input
+    of methods that require them); ``fedhet.experiment`` computes them with a cached pre-pass.
+    """
 
     def __init__(
         self,
         cfg: ExperimentConfig,
+        strategy: Strategy,
         *,
         run_dir: str | os.PathLike | None = None,
-        strategy: Strategy | None = None,
         trainer: Trainer | None = None,
         progress: Callable[..., None] | None = None,
         resume: bool = False,
-        standalone: np.ndarray | None = None,
+        reference_contributions: Sequence[float] | np.ndarray | None = None,
     ) -> None:
         self.cfg = cfg
+        self.strategy = strategy
+        self.trainer = trainer if trainer is not None else strategy.trainer_class()
         self.run_dir = Path(run_dir) if run_dir is not None else None
         self.progress = progress
         self.resume = resume
-        self._strategy = strategy
-        self._trainer = trainer
-        self._standalone = standalone
+        self.reference = (
+            None if reference_contributions is None else np.asarray(reference_contributions, dtype=np.float64)
+        )
 
     # -- set-up -------------------------------------------------------------------------------------------
     def setup(self) -> None:
-        cfg = self.cfg
+        cfg, strategy = self.cfg, self.strategy
         if cfg.train.threads:
             torch.set_num_threads(cfg.train.threads)
         self.device = resolve_device(cfg.train.device)
-        self.strategy = self._strategy or build_strategy(cfg.method.name, cfg.method.params)
-        self.trainer = self._trainer or self.strategy.make_trainer()
         self.fed = build_federation(cfg, self.device, raw_inputs=self.trainer.needs_raw_inputs)
         from fedhet.models import build_model
 
@@ -315,45 +276,83 @@ class Simulation:
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(int(np.random.SeedSequence([cfg.seed, PURPOSE["model"]]).generate_state(1)[0]))
             model = model_factory()
-        self.initial_weights = clone_weights(model.state_dict())
         self.work_model = model_factory()
         self.rare_classes = list(self.fed.info.get("rare_classes", [])) or None
-        self.standalone: np.ndarray | None = self._standalone
-        fairness = cfg.eval.fairness
-        # Standalone's rewards are the standalone accuracies: its fairness against itself means nothing.
-        wants_fairness = cfg.method.name != "standalone" and (
-            fairness is True or (fairness == "auto" and self.strategy.has_rewards())
-        )
-        if wants_fairness and self.standalone is None:
-            self.standalone = standalone_accuracies(cfg)
-        self.srv_ctx = ServerContext(
+        self._check_inputs()
+        self.info = FederationInfo(
             model=model,
-            model_factory=model_factory,
             num_clients=cfg.data.clients,
             num_classes=ds.num_classes,
-            client_sizes=self.fed.sizes,
-            client_class_counts=self.fed.class_counts,
+            input_shape=tuple(ds.input_shape),
             rounds=cfg.train.rounds,
-            train=cfg.train,
-            device=self.device,
             seed=cfg.seed,
             rng=derived_rng(cfg.seed, "strategy"),
+            device=self.device,
+            eval_batch_size=cfg.eval.batch_size,
             validation=self.fed.validation,
-            standalone_accuracies=self._standalone_provider,
-            evaluate=lambda m, x, y: accuracy_of(m, x, y, cfg.eval.batch_size),
-            info=dict(self.fed.info),
-            input_shape=tuple(ds.input_shape),
+            reference_contributions=self.reference,
         )
-        self.strategy.setup(self.srv_ctx)
-        self.client_states = {cid: ClientState(cid=cid) for cid in range(cfg.data.clients)}
+        strategy.setup(self.info)
+        self.client_states = {cid: ClientState() for cid in range(cfg.data.clients)}
+        #: Memory every client of this run shares: offered by the simulation only (simulation-only quirks).
+        self.shared: dict[str, Any] = {}
+        strategy.receive_descriptions(self.describe_clients())
         self.history: list[dict[str, Any]] = []
         self.timings: list[dict[str, float]] = []
         self.start_round = 1
 
-    def _standalone_provider(self) -> np.ndarray:
-        if self.standalone is None:
-            self.standalone = standalone_accuracies(self.cfg)
-        return self.standalone
+    def _check_inputs(self) -> None:
+        """The declared inputs are present: a validation split, reference contributions (one per client)."""
+        cfg, name = self.cfg, self.strategy.name
+        needs = self.strategy.requirements()
+        if "validation" in needs and self.fed.validation is None:
+            raise ConfigError(
+                f"method {name!r} needs a server validation set and the run holds none; set "
+                "data.validation_fraction (e.g. --set data.validation_fraction=0.1)"
+            )
+        ref = self.reference
+        if "reference_contributions" in needs and ref is None:
+            raise ConfigError(
+                f"method {name!r} needs reference contributions (the clients' standalone accuracies); run it "
+                "through fedhet.experiment.run_experiment (fedhet run/compare), which computes them"
+            )
+        if ref is not None and (ref.shape != (cfg.data.clients,) or not np.all(np.isfinite(ref))):
+            raise ConfigError(
+                f"reference contributions {ref.tolist()} must hold one finite value per client "
+                f"({cfg.data.clients}); a standalone pre-pass in which some client never trained gives none "
+                "(raise train.rounds or train.clients_per_round, or delete the standalone cache FEDHET_CACHE)"
+            )
+        if cfg.eval.fairness is True and ref is None and not self.strategy.rewards_are_reference:
+            raise ConfigError(
+                "eval.fairness=true needs the standalone accuracies; run through fedhet.experiment."
+                "run_experiment (fedhet run/compare), which computes them, or pass reference_contributions"
+            )
+
+    def describe_clients(self) -> dict[int, Reply]:
+        """The round-0 exchange: every client's self-reported sample and class counts (validated)."""
+        out: dict[int, Reply] = {}
+        for cid in range(self.cfg.data.clients):
+            ctx = self._train_context(0, cid)
+            reply, _ = run_client(
+                self.trainer, describe_instruction(), self.client_states[cid], self.fed.clients[cid], ctx
+            )
+            try:
+                check_description(cid, reply, self.fed.num_classes)
+            except ClientUpdateError as exc:
+                log.warning("round 0: rejected the description of client %d: %s", cid, exc)
+                continue
+            out[cid] = reply
+        return out
+
+    def _train_context(self, rnd: int, cid: int) -> TrainContext:
+        return TrainContext(
+            round=rnd,
+            generator=derived_torch_generator(self.cfg.seed, "client", rnd, cid),
+            device=self.device,
+            train=self.cfg.train,
+            model=self.work_model,
+            shared=self.shared,
+        )
 
     # -- one round --------------------------------------------------------------------------------------
     def train_round(self, rnd: int) -> dict[str, Any]:
@@ -373,29 +372,27 @@ class Simulation:
             if cid in dropped:
                 continue
             ins = instructions[cid]
-            ins.config.setdefault("lr", lr)
-            ctx = TrainContext(
-                round=rnd,
-                generator=derived_torch_generator(cfg.seed, "client", rnd, cid),
-                device=self.device,
-                train=cfg.train,
-                initial_weights=self.initial_weights,
+            ins.config[LR_KEY] = lr
+            reply, self.client_states[cid] = run_client(
+                self.trainer,
+                ins,
+                self.client_states[cid],
+                self.fed.clients[cid],
+                self._train_context(rnd, cid),
             )
-            state = self.client_states[cid]
             try:
-                reply = self.trainer.fit(self.work_model, self.fed.clients[cid], ins, state, ctx)
-                check_reply(cid, reply, reference, partial_ok=self.strategy.partial_replies)
+                check_reply(cid, reply, reference)
             except ClientUpdateError as exc:
                 log.warning("round %d: rejected the update of client %d: %s", rnd, cid, exc)
                 rejected[cid] = str(exc)
                 continue
-            if self.strategy.keeps_client_models:
-                state.weights = reply.weights
             replies[cid] = reply
             if "train_loss" in reply.metrics and math.isfinite(reply.metrics["train_loss"]):
                 losses.append(reply.metrics["train_loss"])
                 weights.append(max(reply.num_examples, 1))
+        self.strategy.before_aggregate(rnd, replies)
         self.strategy.aggregate(rnd, replies)
+        self.strategy.after_aggregate(rnd, replies)
         line: dict[str, Any] = {"round": rnd, "lr": lr, "clients": sorted(replies)}
         if dropped:
             line["dropped"] = dropped
@@ -406,6 +403,13 @@ class Simulation:
         return line
 
     # -- evaluation -------------------------------------------------------------------------------------
+    @property
+    def fairness_reference(self) -> np.ndarray | None:
+        """The standalone accuracies fairness is measured against, or None when fairness is off."""
+        if self.cfg.eval.fairness is False or self.strategy.rewards_are_reference:
+            return None
+        return self.reference
+
     def evaluate(self, rnd: int) -> dict[str, Any]:
         cfg, fed = self.cfg, self.fed
         out: dict[str, Any] = {}
@@ -419,21 +423,21 @@ class Simulation:
         rewards = None
         if cfg.eval.rewards and self.strategy.has_rewards():
             rewards = self.strategy.evaluate_rewards(fed.test_x, fed.test_y, cfg.eval.batch_size)
+        reference = self.fairness_reference
         if rewards is not None:
             out["rewards"] = [float(r) for r in rewards]
             if model is None:  # e.g. Standalone: report the clients' mean accuracy
                 finite = [r for r in rewards if math.isfinite(r)]
                 out["accuracy"] = float(np.mean(finite)) if finite else float("nan")
-            if self.standalone is not None and np.all(np.isfinite(rewards)):
-                s = self.standalone
-                out["fairness_pearson"] = M.fairness(s, rewards, "pearson")
-                out["fairness_spearman"] = M.fairness(s, rewards, "spearman")
-                out["bcf_rate"] = M.bcf_rate(s, rewards, cfg.eval.bcf_alpha)
-                out["bcf_rate_code"] = M.bcf_rate_fedrac_code(s, rewards, cfg.eval.bcf_alpha)
-                out["ipr"] = M.incentivized_participation_rate(s, rewards)
+            if reference is not None and np.all(np.isfinite(rewards)):
+                out["fairness_pearson"] = M.fairness(reference, rewards, "pearson")
+                out["fairness_spearman"] = M.fairness(reference, rewards, "spearman")
+                out["bcf_rate"] = M.bcf_rate(reference, rewards, cfg.eval.bcf_alpha)
+                out["bcf_rate_code"] = M.bcf_rate_fedrac_code(reference, rewards, cfg.eval.bcf_alpha)
+                out["ipr"] = M.incentivized_participation_rate(reference, rewards)
         contrib = self.strategy.contributions()
-        if contrib is not None and self.standalone is not None:
-            out["contribution_fairness_pearson"] = M.fairness(contrib, self.standalone, "pearson")
+        if contrib is not None and reference is not None:
+            out["contribution_fairness_pearson"] = M.fairness(contrib, reference, "pearson")
         return out
 
     # -- checkpoints ------------------------------------------------------------------------------------
@@ -441,15 +445,15 @@ class Simulation:
         if self.run_dir is None:
             return
         clients = {
-            str(cid): {"weights": st.weights, "extra": st.extra}
+            str(cid): {"weights": st.weights, "values": st.values}
             for cid, st in self.client_states.items()
-            if st.weights is not None or st.extra
+            if st.weights is not None or st.values
         }
         state = {
             "round": rnd,
             "strategy": self.strategy.state_dict(),
             "clients": clients,
-            "strategy_rng": self.srv_ctx.rng.bit_generator.state,
+            "strategy_rng": self.info.rng.bit_generator.state,
             "config_hash": self.cfg.run_fingerprint(),
         }
         ckpt.save_checkpoint(ckpt.checkpoint_dir(self.run_dir, rnd), state)
@@ -469,9 +473,8 @@ class Simulation:
             )
         self.strategy.load_state_dict(state["strategy"])
         for cid, st in state["clients"].items():
-            self.client_states[int(cid)].weights = st["weights"]
-            self.client_states[int(cid)].extra = st["extra"]
-        self.srv_ctx.rng.bit_generator.state = state["strategy_rng"]
+            self.client_states[int(cid)] = ClientState(weights=st["weights"], values=dict(st["values"]))
+        self.info.rng.bit_generator.state = state["strategy_rng"]
         self.start_round = int(state["round"]) + 1
         mfile = self.run_dir / "metrics.jsonl"
         if mfile.is_file():
@@ -526,9 +529,12 @@ class Simulation:
         summary = self.summary(time.perf_counter() - t0)
         if self.run_dir is not None:
             (self.run_dir / "summary.json").write_text(json.dumps(_jsonable(summary), indent=2))
-            self.strategy.write_artifacts(self.run_dir)
-            if self.standalone is not None:
-                (self.run_dir / "standalone.json").write_text(json.dumps(list(map(float, self.standalone))))
+            if self.fairness_reference is not None:
+                (self.run_dir / "standalone.json").write_text(json.dumps(list(map(float, self.reference))))
+            (self.run_dir / RECORDS_FILE).write_text(json.dumps(_jsonable(self.strategy.run_records())))
+            from fedhet.report.artifacts import write_run_artifacts
+
+            write_run_artifacts(self.run_dir)
         return summary
 
     def summary(self, wall: float) -> dict[str, Any]:
@@ -543,6 +549,7 @@ class Simulation:
         recent = [h for h in evals if h["round"] > self.cfg.train.rounds - LAST_ROUNDS]
         last = evals[-1] if evals else {}
         contrib = self.strategy.contributions()
+        reference = self.fairness_reference
         return {
             "method": self.cfg.method.name,
             "run_dir": str(self.run_dir) if self.run_dir else None,
@@ -553,7 +560,7 @@ class Simulation:
             "last": mean_scalars([_metric_view(h) for h in recent]),
             "contributions": [float(c) for c in contrib] if contrib is not None else None,
             "rewards": last.get("rewards"),
-            "standalone": [float(s) for s in self.standalone] if self.standalone is not None else None,
+            "standalone": [float(s) for s in reference] if reference is not None else None,
             "client_sizes": self.fed.sizes,
             "partition_info": _jsonable(self.fed.info),
             "wall_time_s": wall,
@@ -567,6 +574,10 @@ class Simulation:
             "info": _jsonable(self.fed.info),
         }
         (self.run_dir / "partition.json").write_text(json.dumps(info))
+
+
+#: The run directory's file of method records (``Strategy.run_records``), read by the report layer.
+RECORDS_FILE = "records.json"
 
 
 SCALAR_KEYS = (
@@ -619,10 +630,3 @@ def _jsonable(obj: Any) -> Any:
     if isinstance(obj, Tensor):
         return _jsonable(obj.tolist())
     return obj
-
-
-def run_experiment(
-    cfg: ExperimentConfig, run_dir: str | os.PathLike | None = None, **kw: Any
-) -> dict[str, Any]:
-    """Convenience wrapper: ``Simulation(cfg, run_dir=run_dir, **kw).run()``."""
-    return Simulation(cfg, run_dir=run_dir, **kw).run()

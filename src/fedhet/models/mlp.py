@@ -50,6 +50,12 @@ class MLP(FedModel):
             h = F.relu(layer(h))
         return h
 
+    def relu_stack_layers(self) -> list[str]:
+        """Names of the Linear layers, hidden first, head last: the forward pass is a plain ReLU stack, so
+        CELM's probes may use closed-form input gradients (``fedhet.algorithms.logit_probes``). A subclass
+        that changes ``features`` must drop this method."""
+        return [f"hidden.{i}" for i in range(len(self.hidden))] + ["head"]
+
 
 class MaskedMLP(FedModel):
     """FedRAC's MLP: flatten -> Linear(d_in->H)-ReLU-(x mask1) -> Linear(H->H)-ReLU-(x mask2) -> head.

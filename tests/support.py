@@ -1,0 +1,60 @@
+"""Helpers shared by the tests: one local update through the client entry, as the engine runs it."""
+
+from __future__ import annotations
+
+import torch
+
+from fedhet.engine.client import run_client
+from fedhet.engine.protocol import LR_KEY, ClientState, Instruction, LocalUpdate, Reply, TrainContext
+
+
+def local_update(
+    trainer,
+    model,
+    data,
+    ins: Instruction,
+    train,
+    *,
+    state: ClientState | None = None,
+    generator: torch.Generator | None = None,
+    rnd: int = 1,
+    shared: dict | None = None,
+) -> tuple[Reply, ClientState]:
+    """``run_client`` with a TrainContext built from ``train`` (the config's TrainConfig); the round's
+    learning rate defaults to ``train.lr`` as the round loop would set it."""
+    ins.config.setdefault(LR_KEY, train.lr)
+    ctx = TrainContext(
+        round=rnd,
+        generator=generator if generator is not None else torch.Generator().manual_seed(0),
+        device=next(model.parameters()).device,
+        train=train,
+        model=model,
+        shared={} if shared is None else shared,
+    )
+    return run_client(trainer, ins, state if state is not None else ClientState(), data, ctx)
+
+
+def prepared_update(trainer, model, data, ins: Instruction, train, *, generator=None) -> LocalUpdate:
+    """A LocalUpdate for one step-level test: the model holds the instruction's weights (or its own) and
+    the trainer's ``prepare`` has run, so ``trainer.loss(u, batch)`` can be called directly."""
+    ins.config.setdefault(LR_KEY, train.lr)
+    ctx = TrainContext(
+        round=1,
+        generator=generator if generator is not None else torch.Generator().manual_seed(0),
+        device=next(model.parameters()).device,
+        train=train,
+        model=model,
+        shared={},
+    )
+    start = ins.weights if ins.weights else {k: v.clone() for k, v in model.state_dict().items()}
+    model.load_state_dict(start)
+    u = LocalUpdate(model=model, data=data, instruction=ins, state=ClientState(), context=ctx, start=start)
+    trainer.prepare(u)
+    return u
+
+
+def aggregate_round(strategy, rnd: int, replies) -> None:
+    """The server side of a round as the engine runs it: the three aggregation hooks in order."""
+    strategy.before_aggregate(rnd, replies)
+    strategy.aggregate(rnd, replies)
+    strategy.after_aggregate(rnd, replies)
