@@ -41,7 +41,7 @@ bench: setup
 	$(PY) benchmarks/engine_overhead.py
 
 lint: setup
-	$(VENV)/bin/ruff check src tests benchmarks
+	$(VENV)/bin/ruff check src tests benchmarks tools
 
 clean:
 	rm -rf runs report.md report_figures .pytest_cache

@@ -290,6 +290,30 @@ def test_warmup_sends_the_backbone_keeps_local_heads_then_sends_the_full_model(t
 
 
 @needs_fashion
+def test_a_client_first_sampled_late_in_warmup_gets_the_global_head_then_keeps_its_own():
+    cfg = small_config(warmup_fraction=1.0)
+    cfg.data.clients, cfg.train.clients_per_round = 4, 2
+    sim, rec, globals_after, _, initial = _run_recorded(cfg)
+    strategy: CELM = sim.strategy
+    backbone, everything = sorted(strategy.backbone_keys), sorted(strategy.model.state_dict())
+    head = "head.weight"
+    last_head: dict[int, torch.Tensor] = {}
+    newcomers_after_round_1 = 0
+    for rnd in range(1, cfg.train.rounds + 1):
+        global_before = initial if rnd == 1 else globals_after[rnd - 2]
+        for cid in sorted(c for r, c in rec.sent if r == rnd):
+            if cid not in last_head:  # never trained: the full model, the current global head
+                assert rec.sent[(rnd, cid)] == everything
+                assert torch.equal(rec.starts[(rnd, cid)][head], global_before[head])
+                newcomers_after_round_1 += rnd > 1
+            else:  # trained before: the backbone only, its own head from its last round
+                assert rec.sent[(rnd, cid)] == backbone
+                assert torch.equal(rec.starts[(rnd, cid)][head], last_head[cid])
+            last_head[cid] = rec.replies[(rnd, cid)][head]
+    assert newcomers_after_round_1 > 0  # the scenario exercises a late newcomer
+
+
+@needs_fashion
 def test_weights_freeze_after_warmup_and_aggregation_uses_them(tmp_path):
     cfg = small_config()
     sim, rec, globals_after, summary, _ = _run_recorded(cfg, run_dir=tmp_path / "run")

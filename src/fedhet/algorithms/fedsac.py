@@ -13,13 +13,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
 from fedhet.algorithms.params import check_integer, check_number
-from fedhet.algorithms.submodel import SubmodelStrategy
+from fedhet.algorithms.submodel import SubmodelStrategy, validation_subset
 from fedhet.engine.protocol import FederationInfo
 
 #: Elements of the (B, units, H) leave-one-out activations one chunk of the mlp200 path may hold (16 MB).
@@ -134,12 +133,9 @@ class FedSAC(SubmodelStrategy):
     def setup(self, info: FederationInfo) -> None:
         """The shared set-up plus the fixed validation subset for the importance evaluation."""
         super().setup(info)
-        x, y = info.validation
-        if self.importance_samples is not None and self.importance_samples < len(y):
-            pick = np.sort(info.rng.choice(len(y), self.importance_samples, replace=False))
-            index = torch.as_tensor(pick, device=y.device)
-            x, y = x[index], y[index]
-        self.importance_x, self.importance_y = x, y
+        self.importance_x, self.importance_y = validation_subset(
+            info.validation, self.importance_samples, info.rng
+        )
 
     def candidate_step(self, rnd: int) -> int:
         """One step for the whole run (FedSAC has no phase switch)."""

@@ -23,9 +23,13 @@ sent to the client with its next instruction as a delta. A client that was sent 
 reply never arrived (dropped, ``train.client_dropout``) or was rejected (``ClientUpdateError``) may or may
 not have applied that delta, so its next instruction carries its full mirrored model instead
 (``delta=False``), which makes client and mirror identical again. Clients that were not sampled simply
-accumulate their pending rewards. Float buffers (BatchNorm statistics; mlp, mlp200 and cnn have none) travel
-in Δ and in the aggregates but are never normalised, clipped or sparsified: those operations act on the
-model's parameters only, like the reference code's ``model.parameters()`` loops.
+accumulate their pending rewards; a client's first instruction carries the initial model plus its pending
+rewards (it holds no model yet). The clients keep their own models (``keep = "model"``); sample and class
+counts are their self-reported round-0 descriptions.
+
+Float buffers (BatchNorm statistics; mlp, mlp200 and cnn have none) travel in Δ and in the aggregates but
+are never normalised, clipped or sparsified: those operations act on the model's parameters only, like the
+reference code's ``model.parameters()`` loops.
 """
 
 from __future__ import annotations

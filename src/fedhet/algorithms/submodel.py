@@ -146,6 +146,18 @@ def masked_average_update(
     return out
 
 
+def validation_subset(
+    validation: tuple[Tensor, Tensor], count: int | None, rng: np.random.Generator
+) -> tuple[Tensor, Tensor]:
+    """A fixed random subset of ``count`` validation samples drawn with the server's generator (all of them
+    when ``count`` is None or not smaller), in index order."""
+    x, y = validation
+    if count is None or count >= len(y):
+        return x, y
+    index = torch.as_tensor(np.sort(rng.choice(len(y), count, replace=False)), device=y.device)
+    return x[index], y[index]
+
+
 # --------------------------------------------------------------------------------------------------------
 # Batched evaluation of many masks
 # --------------------------------------------------------------------------------------------------------
@@ -345,12 +357,7 @@ class SubmodelStrategy(FedAvg):
         self.sharpened = sharpen_contributions(self.standalone, self.sharpness)
         # Ascending contribution, ties by client id; the last is the top contributor (full model).
         self.rank_order = np.argsort(self.standalone, kind="stable")
-        val_x, val_y = info.validation
-        if self.validation_samples is not None and self.validation_samples < len(val_y):
-            pick = np.sort(info.rng.choice(len(val_y), self.validation_samples, replace=False))
-            index = torch.as_tensor(pick, device=val_y.device)
-            val_x, val_y = val_x[index], val_y[index]
-        self.val_x, self.val_y = val_x, val_y
+        self.val_x, self.val_y = validation_subset(info.validation, self.validation_samples, info.rng)
         self.frequency = torch.zeros(self.units, dtype=torch.int64)
         self.masks = torch.ones(info.num_clients, self.units)
         self.snapshot_every = max(1, info.rounds // 10)

@@ -1,4 +1,5 @@
-"""Validation of what crosses the message boundary: client replies and client descriptions.
+"""Validation of what crosses the message boundary: client replies, client descriptions, and whether a
+transport can carry a method's configuration at all.
 
 The server trusts nothing a client sends. A reply or description that breaks the protocol raises
 :class:`~fedhet.errors.ClientUpdateError` naming the client, the field and what was wrong; the round loop
@@ -12,8 +13,8 @@ from collections.abc import Mapping
 import torch
 from torch import Tensor
 
-from fedhet.engine.protocol import Reply
-from fedhet.errors import ClientUpdateError
+from fedhet.engine.protocol import Reply, Strategy
+from fedhet.errors import ClientUpdateError, ConfigError
 
 
 def check_reply(cid: int, reply: Reply, reference: Mapping[str, Tensor]) -> None:
@@ -62,4 +63,15 @@ def _check_count(cid: int, num_examples: object) -> None:
     if isinstance(num_examples, bool) or not isinstance(num_examples, int) or num_examples < 0:
         raise ClientUpdateError(
             f"client {cid} reported num_examples={num_examples!r}; it must be an integer >= 0"
+        )
+
+
+def check_transport(strategy: Strategy, transport: str) -> None:
+    """Refuse, with a ConfigError naming each feature, a configuration that needs memory shared between
+    clients (``Strategy.simulation_only``) on any transport but the embedded simulation."""
+    features = strategy.simulation_only()
+    if transport != "simulation" and features:
+        raise ConfigError(
+            f"method {strategy.name!r} on {transport} cannot honour {', '.join(features)}: only the embedded "
+            "simulation shares memory between clients. Turn the option off or run the simulation"
         )
