@@ -22,7 +22,8 @@ Per round t:
 Defaults follow the spec: θ = 0.1, α = 5, coef = 1/3, 'mean' aggregation, 'all' criterion, no α decay.
 ``update_clip`` defaults to 0.01 (the reference's MNIST value; CIFAR uses 1e-3; 0 disables it). The
 class-imbalance variant (``class_imbalance=True``, for the CLA split) counts each client's classes from the
-clients' self-reported class counts (their round-0 descriptions), not from the reference's hard-coded ``linspace(1, 10, N)`` (equal on CLA).
+clients' self-reported class counts (their round-0 descriptions), not from the reference's hard-coded
+``linspace(1, 10, N)`` (equal on CLA).
 
 Needs the server validation set: set ``data.validation_fraction`` (e.g. 0.1; CFFL's CIFAR setting holds
 out 0.2 of the training pool).
