@@ -23,7 +23,8 @@ import torch
 from torch import nn
 
 from fedhet.config import ExperimentConfig
-from fedhet.engine.simulation import derived_torch_generator, learning_rate
+from fedhet.engine.rounds import learning_rate
+from fedhet.engine.seeds import derived_torch_generator
 from fedhet.experiment import make_simulation
 
 

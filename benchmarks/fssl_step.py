@@ -18,7 +18,7 @@ import torch
 from fedhet.config import ExperimentConfig
 from fedhet.engine.client import run_client
 from fedhet.engine.protocol import LR_KEY, ClientState, TrainContext
-from fedhet.engine.simulation import derived_torch_generator
+from fedhet.engine.seeds import derived_torch_generator
 from fedhet.experiment import make_simulation
 
 METHODS = (

@@ -14,7 +14,7 @@ from fedhet.config import ExperimentConfig
 from fedhet.engine.boundary import check_description, check_reply
 from fedhet.engine.client import start_weights
 from fedhet.engine.protocol import Instruction, Reply
-from fedhet.engine.simulation import learning_rate, sample_clients
+from fedhet.engine.rounds import learning_rate, sample_clients
 from fedhet.errors import ClientUpdateError, ProtocolError
 from fedhet.experiment import make_simulation, standalone_accuracies
 

@@ -20,7 +20,7 @@ from fedhet.algorithms.fixmatch import (
 )
 from fedhet.config import ExperimentConfig
 from fedhet.engine.protocol import Reply
-from fedhet.engine.simulation import derived_torch_generator
+from fedhet.engine.seeds import derived_torch_generator
 from fedhet.errors import ConfigError
 from fedhet.experiment import make_simulation
 from support import local_update, prepared_update

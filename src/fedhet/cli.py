@@ -251,7 +251,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             reference_contributions=reference,
         ).run()
     if args.json:
-        from fedhet.engine.simulation import _jsonable
+        from fedhet.engine.rounds import _jsonable
 
         print(json.dumps(_jsonable(_public_summary(summary))))
     else:
@@ -346,7 +346,7 @@ def _seeds(args: argparse.Namespace, base_seed: int) -> list[int]:
 
 def cmd_compare(args: argparse.Namespace) -> int:
     from fedhet.compare import aggregate_rows, default_threads, run_comparison
-    from fedhet.engine.simulation import _jsonable
+    from fedhet.engine.rounds import _jsonable
 
     console = _console(args)
     base = _build_config(args, skip=("method",))
@@ -472,7 +472,7 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 
 def cmd_reproduce(args: argparse.Namespace) -> int:
-    from fedhet.engine.simulation import _jsonable
+    from fedhet.engine.rounds import _jsonable
     from fedhet.reproduce import list_specs, load_spec, render_markdown, run_spec, write_results
 
     if args.list or not args.table:

@@ -48,7 +48,7 @@ log = logging.getLogger("fedhet")
 
 INITIAL_CONTRIBUTIONS = ("uniform", "first")
 PROBE_BACKBONES = ("client", "global")
-#: Stream id of the probe noise, apart from the engine's seed purposes (fedhet.engine.simulation.PURPOSE).
+#: Stream id of the probe noise, apart from the engine's seed purposes (fedhet.engine.seeds.PURPOSE).
 PROBE_STREAM = 0xCE1
 
 

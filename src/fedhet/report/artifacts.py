@@ -118,7 +118,9 @@ def write_celm(
                 w.writerow([f"client_{i}"] + _cells(e["debiased"][i]) + _cells(e["scores"][i : i + 1]))
     role = roles(info)
     fig_dir = run / "figures"
-    F.plot_contribution_history(history, int(record.get("warmup_rounds", 0)), role, fig_dir / "celm_contributions.png")
+    F.plot_contribution_history(
+        history, int(record.get("warmup_rounds", 0)), role, fig_dir / "celm_contributions.png"
+    )
     if evidence:
         F.plot_evidence_heatmap(evidence[-1], role, fig_dir / "celm_evidence.png")
     if summary.get("contributions"):
@@ -200,7 +202,10 @@ def write_fssl(run: Path, record: dict[str, Any], lines: list[dict]) -> None:
         for ln in lines:
             writer.writerow([ln["round"], *[ln.get(k, "") for k in keys]])
     method = record.get("method", "fssl")
-    series = {k: [(ln["round"], ln[k]) for ln in lines if isinstance(ln.get(k), int | float)] for k in PSEUDO_LABEL_KEYS}
+    series = {
+        k: [(ln["round"], ln[k]) for ln in lines if isinstance(ln.get(k), int | float)]
+        for k in PSEUDO_LABEL_KEYS
+    }
     F.plot_round_series(
         series,
         run / "figures" / "pseudo_labels.png",
@@ -218,4 +223,6 @@ def write_fssl(run: Path, record: dict[str, Any], lines: list[dict]) -> None:
         for rnd, prior in priors:
             writer.writerow([rnd, *prior])
     prior_series = {f"class {k}": [(rnd, prior[k]) for rnd, prior in priors] for k in range(num_classes)}
-    F.plot_round_series(prior_series, run / "figures" / "global_prior.png", "ProxyFL: global class prior", "P(c)")
+    F.plot_round_series(
+        prior_series, run / "figures" / "global_prior.png", "ProxyFL: global class prior", "P(c)"
+    )

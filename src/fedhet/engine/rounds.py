@@ -1,0 +1,493 @@
+"""The round loop: the server side of a run, whatever carries its messages to the clients.
+
+:class:`RoundLoop` does what a fedhet server does each round — sample clients, ``strategy.configure``,
+send the instructions through a :class:`Transport`, validate the replies at the boundary, run the
+strategy's aggregation hooks, evaluate, write ``metrics.jsonl`` and checkpoints — and knows nothing of where
+the clients run. The embedded simulation (``fedhet.engine.simulation``) gives it clients in this process;
+the Flower adapter (``fedhet.flower``) gives it Flower's Grid. The same config and seed then give the same
+``metrics.jsonl``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+import time
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch import Tensor, nn
+
+from fedhet import metrics as M
+from fedhet.config import ExperimentConfig, to_toml
+from fedhet.engine import checkpoint as ckpt
+from fedhet.engine.boundary import check_description, check_reply, check_transport
+from fedhet.engine.evaluation import evaluate_model
+from fedhet.engine.protocol import LR_KEY, FederationInfo, Instruction, Reply, Strategy
+from fedhet.engine.seeds import derived_rng, model_seed
+from fedhet.errors import ClientUpdateError, ConfigError
+
+log = logging.getLogger("fedhet")
+
+
+def resolve_device(name: str) -> torch.device:
+    """The torch device of ``train.device``: ``auto`` takes CUDA when present."""
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if name == "cuda" and not torch.cuda.is_available():
+        raise ConfigError("train.device='cuda' but no CUDA device is available; use 'auto' or 'cpu'")
+    return torch.device(name)
+
+
+def learning_rate(cfg: ExperimentConfig, rnd: int) -> float:
+    """The round's learning rate: constant, cosine annealing to lr_min over the rounds, or exponential."""
+    t = cfg.train
+    if t.schedule == "cosine":
+        return t.lr_min + 0.5 * (t.lr - t.lr_min) * (1 + math.cos(math.pi * (rnd - 1) / t.rounds))
+    if t.schedule == "exponential":
+        return t.lr * t.lr_decay ** (rnd - 1)
+    return t.lr
+
+
+def sample_clients(cfg: ExperimentConfig, rnd: int) -> list[int]:
+    """Seeded uniform sampling without replacement; sorted client ids."""
+    n = cfg.data.clients
+    cpr = cfg.train.clients_per_round
+    k = (
+        n
+        if (isinstance(cpr, float) and cpr >= 1.0)
+        else (max(1, int(round(cpr * n))) if isinstance(cpr, float) else min(int(cpr), n))
+    )
+    if k >= n:
+        return list(range(n))
+    return sorted(int(c) for c in derived_rng(cfg.seed, "sampling", rnd).choice(n, k, replace=False))
+
+
+# --------------------------------------------------------------------------------------------------------
+# Transports
+# --------------------------------------------------------------------------------------------------------
+#: Client id -> what went wrong, for clients whose reply never came (a crash, a timeout, a lost node).
+Failures = dict[int, str]
+
+
+class Transport(ABC):
+    """Carries instructions to clients and their replies back; holds no algorithm."""
+
+    #: ``simulation`` (clients in this process, with memory they may share) or the name of another transport.
+    name: str = "simulation"
+
+    @abstractmethod
+    def describe(self, client_ids: Sequence[int]) -> tuple[dict[int, Reply], Failures]:
+        """The round-0 exchange: every client's description (sample and class counts)."""
+
+    @abstractmethod
+    def send(self, rnd: int, instructions: dict[int, Instruction]) -> tuple[dict[int, Reply], Failures]:
+        """One round: each instruction to its client; the replies that came back, and the failures."""
+
+    def state_dict(self) -> dict[str, Any]:
+        """What the transport holds for its clients (their states, in the simulation), for checkpoints."""
+        return {}
+
+    def load_state_dict(self, sd: dict[str, Any]) -> None:  # noqa: B027 (nothing to restore by default)
+        """Inverse of :meth:`state_dict`."""
+
+
+# --------------------------------------------------------------------------------------------------------
+# The loop
+# --------------------------------------------------------------------------------------------------------
+class RoundLoop:
+    """The server side of one experiment: ``RoundLoop(cfg, strategy, ...).run()`` returns the summary.
+
+    Subclasses provide the data the server evaluates on (:meth:`build_data`: the test set, the server's
+    validation split, the partition for the run directory) and the transport (:meth:`make_transport`).
+    ``reference_contributions`` are the per-client standalone accuracies (fairness metrics, and the input of
+    methods that require them); ``fedhet.experiment`` computes them with a cached pre-pass.
+    """
+
+    def __init__(
+        self,
+        cfg: ExperimentConfig,
+        strategy: Strategy,
+        *,
+        run_dir: str | os.PathLike | None = None,
+        progress: Callable[..., None] | None = None,
+        resume: bool = False,
+        reference_contributions: Sequence[float] | np.ndarray | None = None,
+    ) -> None:
+        self.cfg = cfg
+        self.strategy = strategy
+        self.run_dir = Path(run_dir) if run_dir is not None else None
+        self.progress = progress
+        self.resume = resume
+        self.reference = (
+            None if reference_contributions is None else np.asarray(reference_contributions, dtype=np.float64)
+        )
+
+    # -- what subclasses provide ------------------------------------------------------------------------
+    def build_data(self) -> Any:
+        """The run's data as the server holds it (a ``Federation``: test set, validation, partition)."""
+        raise NotImplementedError
+
+    def make_transport(self) -> Transport:
+        """The transport that reaches the clients (built after the strategy's set-up)."""
+        raise NotImplementedError
+
+    # -- set-up -------------------------------------------------------------------------------------------
+    def setup(self) -> None:
+        cfg, strategy = self.cfg, self.strategy
+        if cfg.train.threads:
+            torch.set_num_threads(cfg.train.threads)
+        self.device = resolve_device(cfg.train.device)
+        self.fed = self.build_data()
+        ds = self.fed.dataset
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(model_seed(cfg.seed))
+            model = self.model_factory()
+        #: A model of the run's architecture, whose state dict every reply is checked against.
+        self.template = self.model_factory()
+        self.rare_classes = list(self.fed.info.get("rare_classes", [])) or None
+        self._check_inputs()
+        self.info = FederationInfo(
+            model=model,
+            num_clients=cfg.data.clients,
+            num_classes=ds.num_classes,
+            input_shape=tuple(ds.input_shape),
+            rounds=cfg.train.rounds,
+            seed=cfg.seed,
+            rng=derived_rng(cfg.seed, "strategy"),
+            device=self.device,
+            eval_batch_size=cfg.eval.batch_size,
+            validation=self.fed.validation,
+            reference_contributions=self.reference,
+        )
+        strategy.setup(self.info)
+        self.transport = self.make_transport()
+        check_transport(strategy, self.transport.name)
+        strategy.receive_descriptions(self.describe_clients())
+        self.history: list[dict[str, Any]] = []
+        self.timings: list[dict[str, float]] = []
+        self.start_round = 1
+
+    def model_factory(self) -> nn.Module:
+        """A fresh model of the run's architecture on the run's device."""
+        from fedhet.models import build_model
+
+        ds, m = self.fed.dataset, self.cfg.model
+        return build_model(m.name, ds.input_shape, ds.num_classes, **m.params).to(self.device)
+
+    def _check_inputs(self) -> None:
+        """The declared inputs are present: a validation split, reference contributions (one per client)."""
+        cfg, name = self.cfg, self.strategy.name
+        needs = self.strategy.requirements()
+        if "validation" in needs and self.fed.validation is None:
+            raise ConfigError(
+                f"method {name!r} needs a server validation set and the run holds none; set "
+                "data.validation_fraction (e.g. --set data.validation_fraction=0.1)"
+            )
+        ref = self.reference
+        if "reference_contributions" in needs and ref is None:
+            raise ConfigError(
+                f"method {name!r} needs reference contributions (the clients' standalone accuracies); run it "
+                "through fedhet.experiment.run_experiment (fedhet run/compare), which computes them"
+            )
+        if ref is not None and (ref.shape != (cfg.data.clients,) or not np.all(np.isfinite(ref))):
+            raise ConfigError(
+                f"reference contributions {ref.tolist()} must hold one finite value per client "
+                f"({cfg.data.clients}); a standalone pre-pass in which some client never trained gives none "
+                "(raise train.rounds or train.clients_per_round, or delete the standalone cache FEDHET_CACHE)"
+            )
+        if cfg.eval.fairness is True and ref is None and not self.strategy.rewards_are_reference:
+            raise ConfigError(
+                "eval.fairness=true needs the standalone accuracies; run through fedhet.experiment."
+                "run_experiment (fedhet run/compare), which computes them, or pass reference_contributions"
+            )
+
+    def describe_clients(self) -> dict[int, Reply]:
+        """The round-0 exchange: every client's self-reported sample and class counts (validated)."""
+        replies, failures = self.transport.describe(list(range(self.cfg.data.clients)))
+        for cid, reason in sorted(failures.items()):
+            log.warning("round 0: client %d sent no description: %s", cid, reason)
+        out: dict[int, Reply] = {}
+        for cid in sorted(replies):
+            try:
+                check_description(cid, replies[cid], self.fed.num_classes)
+            except ClientUpdateError as exc:
+                log.warning("round 0: rejected the description of client %d: %s", cid, exc)
+                continue
+            out[cid] = replies[cid]
+        return out
+
+    # -- one round --------------------------------------------------------------------------------------
+    def train_round(self, rnd: int) -> dict[str, Any]:
+        cfg = self.cfg
+        lr = learning_rate(cfg, rnd)
+        ids = sample_clients(cfg, rnd)
+        dropped: list[int] = []
+        if cfg.train.client_dropout > 0:
+            draws = derived_rng(cfg.seed, "dropout", rnd).random(len(ids))
+            dropped = [c for c, u in zip(ids, draws, strict=True) if u < cfg.train.client_dropout]
+        instructions = self.strategy.configure(rnd, ids)
+        outgoing = {cid: ins for cid, ins in sorted(instructions.items()) if cid not in dropped}
+        for ins in outgoing.values():
+            ins.config[LR_KEY] = lr
+        received, failures = self.transport.send(rnd, outgoing)
+        replies: dict[int, Reply] = {}
+        rejected: dict[int, str] = {}
+        reference = self.template.state_dict()
+        losses, weights = [], []
+        for cid in sorted(received):  # client-id order: results do not depend on arrival order
+            reply = received[cid]
+            try:
+                check_reply(cid, reply, reference)
+            except ClientUpdateError as exc:
+                log.warning("round %d: rejected the update of client %d: %s", rnd, cid, exc)
+                rejected[cid] = str(exc)
+                continue
+            replies[cid] = reply
+            if "train_loss" in reply.metrics and math.isfinite(reply.metrics["train_loss"]):
+                losses.append(reply.metrics["train_loss"])
+                weights.append(max(reply.num_examples, 1))
+        for cid, reason in sorted(failures.items()):
+            log.warning("round %d: client %d failed: %s", rnd, cid, reason)
+        self.strategy.before_aggregate(rnd, replies)
+        self.strategy.aggregate(rnd, replies)
+        self.strategy.after_aggregate(rnd, replies)
+        line: dict[str, Any] = {"round": rnd, "lr": lr, "clients": sorted(replies)}
+        if dropped:
+            line["dropped"] = dropped
+        if rejected:
+            line["rejected"] = {str(k): v for k, v in rejected.items()}
+        if failures:
+            line["failed"] = {str(k): v for k, v in sorted(failures.items())}
+        if losses:
+            line["train_loss"] = float(np.average(losses, weights=weights))
+        return line
+
+    # -- evaluation -------------------------------------------------------------------------------------
+    @property
+    def fairness_reference(self) -> np.ndarray | None:
+        """The standalone accuracies fairness is measured against, or None when fairness is off."""
+        if self.cfg.eval.fairness is False or self.strategy.rewards_are_reference:
+            return None
+        return self.reference
+
+    def evaluate(self, rnd: int) -> dict[str, Any]:
+        cfg, fed = self.cfg, self.fed
+        out: dict[str, Any] = {}
+        model = self.strategy.global_model()
+        if model is not None:
+            out.update(
+                evaluate_model(
+                    model, fed.test_x, fed.test_y, fed.num_classes, cfg.eval.batch_size, self.rare_classes
+                )
+            )
+        rewards = None
+        if cfg.eval.rewards and self.strategy.has_rewards():
+            rewards = self.strategy.evaluate_rewards(fed.test_x, fed.test_y, cfg.eval.batch_size)
+        reference = self.fairness_reference
+        if rewards is not None:
+            out["rewards"] = [float(r) for r in rewards]
+            if model is None:  # e.g. Standalone: report the clients' mean accuracy
+                finite = [r for r in rewards if math.isfinite(r)]
+                out["accuracy"] = float(np.mean(finite)) if finite else float("nan")
+            if reference is not None and np.all(np.isfinite(rewards)):
+                out["fairness_pearson"] = M.fairness(reference, rewards, "pearson")
+                out["fairness_spearman"] = M.fairness(reference, rewards, "spearman")
+                out["bcf_rate"] = M.bcf_rate(reference, rewards, cfg.eval.bcf_alpha)
+                out["bcf_rate_code"] = M.bcf_rate_fedrac_code(reference, rewards, cfg.eval.bcf_alpha)
+                out["ipr"] = M.incentivized_participation_rate(reference, rewards)
+        contrib = self.strategy.contributions()
+        if contrib is not None and reference is not None:
+            out["contribution_fairness_pearson"] = M.fairness(contrib, reference, "pearson")
+        return out
+
+    # -- checkpoints ------------------------------------------------------------------------------------
+    def save(self, rnd: int) -> None:
+        if self.run_dir is None:
+            return
+        state = {
+            "round": rnd,
+            "strategy": self.strategy.state_dict(),
+            "clients": self.transport.state_dict(),
+            "strategy_rng": self.info.rng.bit_generator.state,
+            "config_hash": self.cfg.run_fingerprint(),
+        }
+        ckpt.save_checkpoint(ckpt.checkpoint_dir(self.run_dir, rnd), state)
+        ckpt.prune_checkpoints(self.run_dir, keep=2)
+
+    def restore(self) -> bool:
+        """Load the run directory's latest checkpoint; False when there is none."""
+        path = ckpt.latest_checkpoint(self.run_dir)
+        if path is None:
+            log.info("no checkpoint in %s: starting from round 1", self.run_dir)
+            return False
+        state = ckpt.load_checkpoint(path)
+        if state.get("config_hash") != self.cfg.run_fingerprint():
+            raise ConfigError(
+                f"the checkpoint in {path} was written by a different configuration; "
+                "resume with the run's own config.toml or start a new run directory"
+            )
+        self.strategy.load_state_dict(state["strategy"])
+        self.transport.load_state_dict(state["clients"])
+        self.info.rng.bit_generator.state = state["strategy_rng"]
+        self.start_round = int(state["round"]) + 1
+        mfile = self.run_dir / "metrics.jsonl"
+        if mfile.is_file():
+            kept = [json.loads(s) for s in mfile.read_text().splitlines() if s.strip()]
+            self.history = [h for h in kept if h["round"] <= state["round"]]
+            mfile.write_text("".join(json.dumps(h) + "\n" for h in self.history))
+        tfile = self.run_dir / "timings.jsonl"
+        if tfile.is_file():
+            kept = [json.loads(s) for s in tfile.read_text().splitlines() if s.strip()]
+            self.timings = [t for t in kept if t["round"] <= state["round"]]
+            tfile.write_text("".join(json.dumps(t) + "\n" for t in self.timings))
+        log.info("resumed %s from round %d", self.run_dir, state["round"])
+        return True
+
+    # -- the loop ---------------------------------------------------------------------------------------
+    def run(self) -> dict[str, Any]:
+        """Run all rounds (resuming from the last checkpoint if asked) and return the summary."""
+        t0 = time.perf_counter()
+        self.setup()
+        cfg = self.cfg
+        if self.run_dir is not None:
+            self.run_dir.mkdir(parents=True, exist_ok=True)
+            if not (self.resume and self.restore()):
+                (self.run_dir / "metrics.jsonl").write_text("")
+                (self.run_dir / "timings.jsonl").write_text("")
+            # A run counts as finished only once its summary is written.
+            (self.run_dir / "summary.json").unlink(missing_ok=True)
+            (self.run_dir / "config.toml").write_text(to_toml(cfg))
+            self._write_partition()
+        for rnd in range(self.start_round, cfg.train.rounds + 1):
+            tr = time.perf_counter()
+            line = self.train_round(rnd)
+            timing = {"round": rnd, "train_s": time.perf_counter() - tr}
+            if rnd % cfg.eval.every == 0 or rnd == cfg.train.rounds:
+                te = time.perf_counter()
+                line.update(self.evaluate(rnd))
+                timing["eval_s"] = time.perf_counter() - te
+            line.update(self.strategy.round_metrics(rnd))
+            self.history.append(line)
+            self.timings.append(timing)
+            if self.run_dir is not None:
+                # Timings live apart from metrics.jsonl, which is bit-identical across runs with one seed.
+                with open(self.run_dir / "metrics.jsonl", "a") as fh:
+                    fh.write(json.dumps(_jsonable(line)) + "\n")
+                with open(self.run_dir / "timings.jsonl", "a") as fh:
+                    fh.write(json.dumps(timing) + "\n")
+                every = cfg.eval.checkpoint_every
+                if rnd == cfg.train.rounds or (every and rnd % every == 0):
+                    self.save(rnd)
+            if self.progress is not None:
+                self.progress(rnd, cfg.train.rounds, line)
+        summary = self.summary(time.perf_counter() - t0)
+        if self.run_dir is not None:
+            (self.run_dir / "summary.json").write_text(json.dumps(_jsonable(summary), indent=2))
+            if self.fairness_reference is not None:
+                (self.run_dir / "standalone.json").write_text(json.dumps(list(map(float, self.reference))))
+            (self.run_dir / RECORDS_FILE).write_text(json.dumps(_jsonable(self.strategy.run_records())))
+            from fedhet.report.artifacts import write_run_artifacts
+
+            write_run_artifacts(self.run_dir)
+        return summary
+
+    def summary(self, wall: float) -> dict[str, Any]:
+        evals = [h for h in self.history if "accuracy" in h or "rewards" in h]
+        final = _metric_view(evals[-1]) if evals else {}
+        best: dict[str, Any] = {}
+        for h in evals:
+            for k, v in _metric_view(h).items():
+                if isinstance(v, float) and math.isfinite(v):
+                    if k not in best or (v < best[k] if k == "loss" else v > best[k]):
+                        best[k] = v
+        recent = [h for h in evals if h["round"] > self.cfg.train.rounds - LAST_ROUNDS]
+        last = evals[-1] if evals else {}
+        contrib = self.strategy.contributions()
+        reference = self.fairness_reference
+        return {
+            "method": self.cfg.method.name,
+            "run_dir": str(self.run_dir) if self.run_dir else None,
+            "rounds": self.cfg.train.rounds,
+            "seed": self.cfg.seed,
+            "final": final,
+            "best": best,
+            "last": mean_scalars([_metric_view(h) for h in recent]),
+            "contributions": [float(c) for c in contrib] if contrib is not None else None,
+            "rewards": last.get("rewards"),
+            "standalone": [float(s) for s in reference] if reference is not None else None,
+            "client_sizes": self.fed.sizes,
+            "partition_info": _jsonable(self.fed.info),
+            "wall_time_s": wall,
+        }
+
+    def _write_partition(self) -> None:
+        info = {
+            "sizes": self.fed.sizes,
+            "counts": self.fed.class_counts.tolist(),
+            "classes": list(self.fed.dataset.classes),
+            "info": _jsonable(self.fed.info),
+        }
+        (self.run_dir / "partition.json").write_text(json.dumps(info))
+
+
+#: The run directory's file of method records (``Strategy.run_records``), read by the report layer.
+RECORDS_FILE = "records.json"
+
+
+SCALAR_KEYS = (
+    "accuracy",
+    "balanced_accuracy",
+    "loss",
+    "rare_class_recall",
+    "fairness_pearson",
+    "fairness_spearman",
+    "bcf_rate",
+    "bcf_rate_code",
+    "ipr",
+    "contribution_fairness_pearson",
+)
+
+
+#: ``summary["last"]``: the mean over the evaluations of the last LAST_ROUNDS rounds (baselines.md §3.1 asks
+#: for final, best and the mean of the last 10 rounds; it also steadies curves that swing between rounds).
+LAST_ROUNDS = 10
+
+
+def mean_scalars(views: list[dict[str, Any]]) -> dict[str, float]:
+    """Per key, the mean of the finite float values among ``views`` (keys with none are left out)."""
+    out: dict[str, float] = {}
+    for k in {k for v in views for k in v}:
+        vals = [v[k] for v in views if isinstance(v.get(k), float) and math.isfinite(v[k])]
+        if vals:
+            out[k] = float(np.mean(vals))
+    return dict(sorted(out.items()))
+
+
+def _metric_view(line: dict[str, Any]) -> dict[str, Any]:
+    out = {k: line[k] for k in SCALAR_KEYS if k in line}
+    if "per_class_recall" in line:
+        out["per_class_recall"] = line["per_class_recall"]
+    return out
+
+
+def _jsonable(obj: Any) -> Any:
+    if isinstance(obj, dict):
+        return {str(k): _jsonable(v) for k, v in obj.items()}
+    if isinstance(obj, list | tuple):
+        return [_jsonable(v) for v in obj]
+    if isinstance(obj, np.ndarray):
+        return _jsonable(obj.tolist())
+    if isinstance(obj, np.generic):
+        return obj.item()
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return None
+    if isinstance(obj, Tensor):
+        return _jsonable(obj.tolist())
+    return obj
