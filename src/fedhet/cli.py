@@ -236,20 +236,37 @@ def cmd_run(args: argparse.Namespace) -> int:
         cfg = _build_config(args)
         run_dir = Path(args.out) if args.out else _default_run_dir(cfg)
     strategy = build_strategy(cfg.method.name, cfg.method.params)  # a bad method fails before the bar
+    if args.engine == "flower-simulation":
+        if args.resume:
+            raise SystemExit(
+                "--resume works with the embedded engine only (Flower nodes keep their own state)"
+            )
+        from fedhet.engine.boundary import check_transport
+        from fedhet.flower import require_flower
+
+        require_flower()
+        check_transport(strategy, "flower")
     with RunProgress(console, enabled=not args.quiet) as prog:
         reference = None
         if needs_reference(cfg, strategy):  # the standalone pre-pass (cached), with its own bar
             bar = prog.callback(f"standalone seed {cfg.seed} (reference accuracies)", cfg.train.rounds)
             reference = standalone_accuracies(cfg, progress=bar)
         cb = prog.callback(f"{cfg.method.name} seed {cfg.seed}", cfg.train.rounds)
-        summary = make_simulation(
-            cfg,
-            run_dir=run_dir,
-            progress=cb,
-            resume=bool(args.resume),
-            strategy=strategy,
-            reference_contributions=reference,
-        ).run()
+        if args.engine == "flower-simulation":
+            from fedhet.flower.server import run_flower_simulation
+
+            summary = run_flower_simulation(
+                cfg, run_dir, strategy=strategy, reference_contributions=reference, progress=cb
+            )
+        else:
+            summary = make_simulation(
+                cfg,
+                run_dir=run_dir,
+                progress=cb,
+                resume=bool(args.resume),
+                strategy=strategy,
+                reference_contributions=reference,
+            ).run()
     if args.json:
         from fedhet.engine.rounds import _jsonable
 
@@ -555,6 +572,13 @@ def build_parser() -> argparse.ArgumentParser:
     _add_experiment_args(p)
     p.add_argument("--out", help="run directory (default runs/<method>-<dataset>-<split>-s<seed>-<time>)")
     p.add_argument("--resume", metavar="RUN_DIR", help="continue an interrupted run from its last checkpoint")
+    p.add_argument(
+        "--engine",
+        choices=["embedded", "flower-simulation"],
+        default="embedded",
+        help="embedded (one process, the default) or flower-simulation (Flower's simulation engine, Ray; "
+        "needs fedhet[flower]); for a deployment see docs/flower.md",
+    )
     p.set_defaults(func=cmd_run)
 
     p = sub.add_parser("compare", help="run several methods on the same splits and seeds; print mean ± std")

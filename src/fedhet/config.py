@@ -286,10 +286,15 @@ def load_config(path: str | Path) -> ExperimentConfig:
     p = Path(path)
     if not p.is_file():
         raise ConfigError(f"config file {p} does not exist; pass an existing .toml file (see configs/)")
+    return load_config_text(p.read_text(), source=str(p))
+
+
+def load_config_text(text: str, source: str = "the config") -> ExperimentConfig:
+    """Parse an experiment from TOML text (what ``to_toml`` writes; what a Flower server sends its nodes)."""
     try:
-        raw = tomllib.loads(p.read_text())
+        raw = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(f"{p} is not valid TOML: {exc}") from exc
+        raise ConfigError(f"{source} is not valid TOML: {exc}") from exc
     return from_dict(raw)
 
 

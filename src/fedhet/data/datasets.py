@@ -767,3 +767,36 @@ def dataset_status(root: str | os.PathLike | None = None) -> list[dict]:
             }
         )
     return rows
+
+
+def load_local_data(data_dir: str | os.PathLike, *, channels: int) -> tuple[formats.Arrays, bool]:
+    """A federation node's own data: one ``.npz`` in ``data_dir`` (x_train/y_train, optional x_test/y_test and
+    classes) or an image folder ``data_dir/train/<class>/*.png|jpg`` (optional ``test/``).
+
+    ``channels`` is the run's input channels (1: images are read as grayscale). Returns the arrays and
+    whether the data name their classes (folder names, or a ``classes`` array in the .npz). Raises DataError
+    naming the folder and what it should hold.
+    """
+    folder = Path(data_dir).expanduser()
+    if not folder.is_dir():
+        raise DataError(
+            f"data-dir {folder} is not a directory; give each node a folder holding one .npz "
+            "(x_train, y_train) or train/<class>/<image> files"
+        )
+    archives = sorted(folder.glob("*.npz"))
+    if len(archives) > 1:
+        raise DataError(
+            f"data-dir {folder} holds {len(archives)} .npz files ({[a.name for a in archives]}); keep one"
+        )
+    if archives:
+        arrays = formats.read_npz(archives[0], require_test=False)  # validates the file first
+        with np.load(archives[0], allow_pickle=False) as archive:
+            named = "classes" in archive.files
+        return arrays, named
+    if (folder / "train").is_dir():
+        mode = "L" if channels == 1 else "RGB"
+        return formats.read_image_folder(folder, mode=mode, require_test=False), True
+    raise DataError(
+        f"data-dir {folder} holds neither a .npz file nor a train/ folder; put x_train/y_train in one "
+        ".npz, or images in train/<class>/<image>.png|jpg"
+    )

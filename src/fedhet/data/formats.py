@@ -629,11 +629,13 @@ def read_image_folder(
     train_dir: str = "train",
     test_dir: str = "test",
     mode: str = "RGB",
+    require_test: bool = True,
 ) -> Arrays:
     """Read train/<class>/<image> and test/<class>/<image> (.jpg/.jpeg/.png) from a dir, zip or tar(.gz).
 
     Members are decoded in sorted path order; label = index of the folder name in `classes`, or in the
     sorted train folder names when classes is None. One optional top folder wrapping everything is allowed.
+    With ``require_test=False`` a missing test/ folder gives an empty test split (a federation node's data).
     """
     if mode not in ("RGB", "L"):
         raise ValueError(f"mode must be 'RGB' or 'L', got {mode!r}")
@@ -647,12 +649,17 @@ def read_image_folder(
     with _Container(source, want) as container:
         prefix = _find_prefix(container.names, train_dir, source)
         train_names, train_folders = _split_members(container, prefix, train_dir)
-        test_names, test_folders = _split_members(container, prefix, test_dir)
+        has_test = require_test or any(n.startswith(f"{prefix}{test_dir}/") for n in container.names)
+        test_names, test_folders = _split_members(container, prefix, test_dir) if has_test else ([], [])
         class_list = tuple(classes) if classes is not None else tuple(sorted(set(train_folders)))
         train_y = _labels_for(train_folders, class_list, container, train_dir)
         test_y = _labels_for(test_folders, class_list, container, test_dir)
         train_x = _decode_images(container, train_names, mode)
-        test_x = _decode_images(container, test_names, mode)
+        test_x = (
+            _decode_images(container, test_names, mode)
+            if test_names
+            else np.zeros((0, *train_x.shape[1:]), dtype=np.uint8)
+        )
     if train_x.shape[1:] != test_x.shape[1:]:
         raise DataError(
             f"{source}: train images are {train_x.shape[1:]} but test images are {test_x.shape[1:]}"
@@ -934,22 +941,30 @@ def _npz_images(array: np.ndarray, source: str) -> np.ndarray:
     raise DataError(f"{source}: images must be uint8 (or float in [0, 1]), got dtype {array.dtype}")
 
 
-def read_npz(path: str | os.PathLike) -> Arrays:
+def read_npz(path: str | os.PathLike, *, require_test: bool = True) -> Arrays:
     """Read user data from an .npz with keys x_train, y_train, x_test, y_test (and optional `classes`).
 
     Images may be (N,H,W), (N,C,H,W) or (N,H,W,C) with C in {1,3}; uint8, or float in [0,1] (scaled
-    and rounded to uint8). Loaded with allow_pickle=False.
+    and rounded to uint8). Loaded with allow_pickle=False. With ``require_test=False`` x_test/y_test may be
+    absent (a federation node's data) and give an empty test split.
     """
     path = Path(path)
     if not path.is_file():
         raise DataError(f"{path}: file not found")
-    required = ("x_train", "y_train", "x_test", "y_test")
+    required = ("x_train", "y_train", "x_test", "y_test") if require_test else ("x_train", "y_train")
     try:
         with np.load(path, allow_pickle=False) as archive:
             missing = [k for k in required if k not in archive.files]
             if missing:
                 raise DataError(f"{path}: missing key(s) {missing}; an fedhet .npz holds {list(required)}")
-            content = {k: archive[k] for k in (*required, "classes") if k in archive.files}
+            content = {
+                k: archive[k]
+                for k in ("x_train", "y_train", "x_test", "y_test", "classes")
+                if k in archive.files
+            }
+            if "x_test" not in content:
+                content["x_test"] = np.zeros((0, *content["x_train"].shape[1:]), dtype=np.uint8)
+                content["y_test"] = np.zeros(0, dtype=np.int64)
     except DataError:
         raise
     except (ValueError, OSError, EOFError, zipfile.BadZipFile) as err:

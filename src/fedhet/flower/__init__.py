@@ -1,0 +1,21 @@
+"""fedhet on Flower: a ServerApp that drives any fedhet Strategy over Flower's Message API, and a ClientApp
+that runs ``fedhet.engine.client.run_client`` on each node's own data (the ``fedhet[flower]`` extra).
+
+- ``fedhet.flower.server``: :func:`make_server_app`, :func:`run_flower_simulation`, the Flower transport;
+- ``fedhet.flower.client``: :func:`make_client_app`;
+- ``fedhet.flower.app``: ``server_app`` / ``client_app`` objects for ``flwr run`` (see docs/flower.md).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+
+from fedhet.errors import ConfigError
+
+
+def require_flower() -> None:
+    """Raise a ConfigError saying how to install Flower when it is missing."""
+    if importlib.util.find_spec("flwr") is None:
+        raise ConfigError(
+            "Flower is not installed: pip install 'fedhet[flower]' (flwr with its simulation extra, Ray)"
+        )

@@ -1,0 +1,235 @@
+"""The fedhet ClientApp: a Flower node runs ``run_client`` on its own data, its state in ``context.state``.
+
+A node learns the run from the server's first message (a ``query``, the describe exchange): the fedhet
+config, the class names, the input shape and the normalisation statistics. It then finds its data:
+
+- **simulation style**: ``node_config`` has ``partition-id`` (Flower's simulation sets it); the node takes
+  that partition of the config's named dataset, exactly as the embedded engine splits it;
+- **deployment style**: ``node_config`` has ``data-dir`` (and ``client-id``, its stable id in the
+  federation); the node reads its own ``.npz`` or ``train/<class>/`` image folder.
+
+It answers with its description (sample and per-class counts, its client id, its class names and input
+shape), which the server checks. Each ``train`` message is an Instruction; the reply is the Reply of
+:func:`~fedhet.engine.client.run_client`. Any error is sent back as the message's error, with the client's
+own text, so the server logs why a node failed instead of waiting for it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import traceback
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import torch
+from flwr.app import ConfigRecord, Context, Error, Message
+from flwr.clientapp import ClientApp
+
+from fedhet.config import ExperimentConfig, load_config_text
+from fedhet.engine.client import describe_instruction, run_client
+from fedhet.engine.protocol import ClientData, TrainContext, Trainer
+from fedhet.engine.rounds import resolve_device
+from fedhet.engine.seeds import derived_torch_generator
+from fedhet.errors import DataError, FedhetError, ProtocolError
+from fedhet.flower.records import content_to_instruction, load_state, reply_to_content, store_state
+
+log = logging.getLogger("fedhet.flower")
+
+#: RecordDict keys of the run description the server sends, and of the node's answer.
+RUN_RECORD = "fedhet.run"
+NODE_RECORD = "fedhet.node"
+#: Error code of a fedhet client failure (any other is Flower's own).
+CLIENT_ERROR = 1101
+
+#: Per process: what a node built for a run (config, data, trainer, work model), by run fingerprint.
+_RUNTIMES: dict[str, NodeRuntime] = {}
+
+
+class NodeRuntime:
+    """What one node holds for one run: the config, its ClientData, its trainer and a work model."""
+
+    def __init__(self, run: dict[str, Any], node_config: dict[str, Any]) -> None:
+        self.cfg: ExperimentConfig = load_config_text(str(run["config"]))
+        cfg = self.cfg
+        torch.set_num_threads(cfg.train.threads or 1)  # one thread per node process (ENVIRONMENT: threads)
+        self.device = resolve_device(cfg.train.device)
+        from fedhet.algorithms import strategy_class
+        from fedhet.models import build_model
+
+        self.trainer: Trainer = strategy_class(cfg.method.name).trainer_class()
+        self.classes = [str(c) for c in run["classes"]]
+        self.input_shape = tuple(int(s) for s in run["input_shape"])
+        self.model = build_model(cfg.model.name, self.input_shape, len(self.classes), **cfg.model.params).to(
+            self.device
+        )
+        self.data, self.cid, self.names_given = self._load_data(run, node_config)
+
+    def _load_data(self, run: dict[str, Any], node_config: dict[str, Any]) -> tuple[ClientData, int, bool]:
+        cfg = self.cfg
+        raw = self.trainer.needs_raw_inputs
+        if "data-dir" in node_config:
+            if "client-id" not in node_config:
+                raise ProtocolError(
+                    "a node with its own data-dir needs its client id in the federation: start it with "
+                    "--node-config \"client-id=0 data-dir='...'\" (ids 0..N-1, one per node, stable across "
+                    "restarts)"
+                )
+            cid = int(node_config["client-id"])
+            data, names_given = _local_client_data(
+                str(node_config["data-dir"]), cid, self.classes, self.input_shape, run, raw, self.device
+            )
+            return data, cid, names_given
+        if "partition-id" not in node_config:
+            raise ProtocolError(
+                "the node has neither a data-dir (its own data) nor a partition-id (Flower simulation) in "
+                "its node config; start it with --node-config \"client-id=0 data-dir='/srv/site-a'\""
+            )
+        cid = int(node_config["partition-id"])
+        partitions = int(node_config.get("num-partitions", cfg.data.clients))
+        if partitions != cfg.data.clients:
+            raise ProtocolError(
+                f"the simulation runs {partitions} nodes but the config splits the data over "
+                f"data.clients={cfg.data.clients}; make them equal"
+            )
+        from fedhet.engine.simulation import build_federation
+
+        fed = build_federation(cfg, self.device, raw_inputs=raw)
+        return fed.clients[cid], cid, True
+
+
+def _normalizer(mean: list[float], std: list[float]) -> Callable[[torch.Tensor], torch.Tensor]:
+    """(x/255 − mean)/std per channel (uint8 scaled, float taken as [0, 1]), with the server's statistics."""
+    m = torch.tensor(mean, dtype=torch.float32).view(-1, 1, 1)
+    s = torch.tensor(std, dtype=torch.float32).view(-1, 1, 1)
+
+    def normalize(x: torch.Tensor) -> torch.Tensor:
+        if x.dtype == torch.uint8:
+            x = x.to(torch.float32).div_(255.0)
+        return (x - m.to(x.device, x.dtype)) / s.to(x.device, x.dtype)
+
+    return normalize
+
+
+def _local_client_data(
+    data_dir: str,
+    cid: int,
+    classes: list[str],
+    input_shape: tuple[int, ...],
+    run: dict[str, Any],
+    raw: bool,
+    device: torch.device,
+) -> tuple[ClientData, bool]:
+    """A node's own data as ClientData, normalised with the run's statistics; shape and labels checked."""
+    from fedhet.data.datasets import load_local_data
+
+    arrays, names_given = load_local_data(data_dir, channels=input_shape[0])
+    shape = tuple(arrays.train_x.shape[1:])
+    if shape != input_shape:
+        raise DataError(f"data-dir {data_dir}: images are {shape} but the run's model takes {input_shape}")
+    labels = np.asarray(arrays.train_y)
+    if labels.size and (labels.min() < 0 or labels.max() >= len(classes)):
+        raise DataError(
+            f"data-dir {data_dir}: labels span {labels.min()}..{labels.max()}, the run has {len(classes)}"
+        )
+    if names_given and list(arrays.classes or []) != classes[: len(arrays.classes or [])]:
+        raise DataError(
+            f"data-dir {data_dir}: class names {list(arrays.classes)} differ from the run's {classes}"
+        )
+    normalize = _normalizer(list(run["mean"]), list(run["std"]))
+    images = torch.from_numpy(np.ascontiguousarray(arrays.train_x))
+    inputs = (images.float() / 255.0) if raw else normalize(images)
+    data = ClientData(
+        cid=cid,
+        inputs=inputs.to(device),
+        labels=torch.from_numpy(labels.astype(np.int64)).to(device),
+        indices=torch.arange(len(labels), device=device),
+        num_classes=len(classes),
+        normalize=normalize if raw else None,
+    )
+    return data, names_given
+
+
+def _run_record(message: Message, context: Context) -> dict[str, Any]:
+    """The run description: from the describe message, or kept in the node's state since it arrived."""
+    if RUN_RECORD in message.content:
+        run = dict(message.content[RUN_RECORD])
+        context.state[RUN_RECORD] = ConfigRecord(run)
+        return run
+    if RUN_RECORD not in context.state:
+        raise ProtocolError("this node was sent a train message before the run's describe exchange")
+    return dict(context.state[RUN_RECORD])
+
+
+def _runtime(message: Message, context: Context) -> NodeRuntime:
+    run = _run_record(message, context)
+    key = hashlib.sha256(
+        repr((sorted(run.items()), sorted(context.node_config.items()))).encode()
+    ).hexdigest()
+    if key not in _RUNTIMES:
+        _RUNTIMES.clear()  # one run per process at a time
+        _RUNTIMES[key] = NodeRuntime(run, dict(context.node_config))
+    return _RUNTIMES[key]
+
+
+def describe(message: Message, context: Context) -> Message:
+    """The round-0 exchange: this node's description and who it is."""
+    rt = _runtime(message, context)
+    ctx = TrainContext(0, torch.Generator(), rt.device, rt.cfg.train, rt.model, shared=None)
+    reply, _ = run_client(rt.trainer, describe_instruction(), load_state(context.state), rt.data, ctx)
+    content = reply_to_content(reply)
+    content[NODE_RECORD] = ConfigRecord(
+        {
+            "client-id": rt.cid,
+            "classes": rt.classes if rt.names_given else [],
+            "input_shape": [int(s) for s in rt.data.inputs.shape[1:]],
+        }
+    )
+    return Message(content, reply_to=message)
+
+
+def train(message: Message, context: Context) -> Message:
+    """One local update: the Instruction in, the Reply out, the new state into ``context.state``."""
+    rt = _runtime(message, context)
+    rnd = int(message.metadata.group_id)
+    ctx = TrainContext(
+        round=rnd,
+        generator=derived_torch_generator(rt.cfg.seed, "client", rnd, rt.cid),
+        device=rt.device,
+        train=rt.cfg.train,
+        model=rt.model,
+        shared=None,  # no memory shared with other clients on Flower
+    )
+    reply, state = run_client(
+        rt.trainer, content_to_instruction(message.content), load_state(context.state), rt.data, ctx
+    )
+    store_state(state, context.state)
+    return Message(reply_to_content(reply), reply_to=message)
+
+
+def _answer(handler: Callable[[Message, Context], Message], message: Message, context: Context) -> Message:
+    """Run a handler; an exception goes back to the server as the reply's error, with the client's text."""
+    try:
+        return handler(message, context)
+    except FedhetError as exc:
+        reason = f"{type(exc).__name__}: {exc}"
+    except Exception as exc:  # the server must learn why, not time out waiting
+        reason = f"{type(exc).__name__}: {exc}\n{traceback.format_exc(limit=5)}"
+    log.error("node %s: %s", context.node_id, reason)
+    return Message(Error(code=CLIENT_ERROR, reason=reason), reply_to=message)
+
+
+def make_client_app() -> ClientApp:
+    """The ClientApp every fedhet node runs (``query``: describe; ``train``: one local update)."""
+    app = ClientApp()
+
+    @app.query()
+    def _query(message: Message, context: Context) -> Message:
+        return _answer(describe, message, context)
+
+    @app.train()
+    def _train(message: Message, context: Context) -> Message:
+        return _answer(train, message, context)
+
+    return app

@@ -1,0 +1,331 @@
+"""The fedhet ServerApp: the round loop of ``fedhet.engine.rounds`` over Flower's Grid.
+
+:class:`FlowerTransport` turns each round's Instructions into one Flower ``Message`` per node
+(``grid.send_and_receive``), and the replies back into Replies. Node ids are Flower's and random; the
+describe exchange (a ``query`` message to every node) learns which client id each node holds — its
+``partition-id`` in simulation, its ``client-id`` in a deployment — and refuses nodes whose data do not match
+the run (class names, input shape), naming the node and the mismatch. Replies are handed to the strategy in
+client-id order, so the result does not depend on the order in which they arrive. A node that fails or
+does not answer within the round's timeout is recorded in ``metrics.jsonl`` (``failed``) and the round goes
+on with the others.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from flwr.app import ConfigRecord, Context, Message, MessageType, RecordDict
+from flwr.serverapp import Grid, ServerApp
+
+from fedhet.config import ExperimentConfig, load_config, to_toml
+from fedhet.engine.boundary import check_transport
+from fedhet.engine.protocol import Instruction, Reply, Strategy
+from fedhet.engine.rounds import Failures, RoundLoop, Transport
+from fedhet.errors import ConfigError, FedhetError, ProtocolError
+from fedhet.flower.client import NODE_RECORD, RUN_RECORD
+from fedhet.flower.records import content_to_reply, instruction_to_content
+
+log = logging.getLogger("fedhet.flower")
+
+#: Seconds the server waits for replies in one round, and for the nodes to connect before round 0.
+ROUND_TIMEOUT = 600.0
+CONNECT_TIMEOUT = 120.0
+
+
+class FlowerTransport(Transport):
+    """Instructions to Flower nodes and replies back, with the node ↔ client-id map of round 0."""
+
+    name = "flower"
+
+    def __init__(
+        self,
+        grid: Grid,
+        run_record: dict[str, Any],
+        *,
+        num_clients: int,
+        round_timeout: float = ROUND_TIMEOUT,
+        connect_timeout: float = CONNECT_TIMEOUT,
+    ) -> None:
+        self.grid = grid
+        self.run_record = run_record
+        self.num_clients = num_clients
+        self.round_timeout = round_timeout
+        self.connect_timeout = connect_timeout
+        self.node_of: dict[int, int] = {}  # client id -> Flower node id
+        self.refused: dict[int, str] = {}  # node id -> why it was refused
+
+    # -- round 0 --------------------------------------------------------------------------------------
+    def wait_for_nodes(self) -> list[int]:
+        """The connected nodes, waiting up to ``connect_timeout`` for as many as there are clients."""
+        deadline = time.monotonic() + self.connect_timeout
+        nodes = sorted(self.grid.get_node_ids())
+        while len(nodes) < self.num_clients and time.monotonic() < deadline:
+            time.sleep(1.0)
+            nodes = sorted(self.grid.get_node_ids())
+        if len(nodes) < self.num_clients:
+            log.warning(
+                "%d of %d nodes connected within %.0f s; going on without the others",
+                len(nodes),
+                self.num_clients,
+                self.connect_timeout,
+            )
+        return nodes
+
+    def describe(self, client_ids: Sequence[int]) -> tuple[dict[int, Reply], Failures]:
+        nodes = self.wait_for_nodes()
+        messages = [
+            Message(
+                RecordDict({RUN_RECORD: ConfigRecord(self.run_record)}),
+                dst_node_id=node,
+                message_type=MessageType.QUERY,
+                group_id="0",
+            )
+            for node in nodes
+        ]
+        descriptions: dict[int, Reply] = {}
+        for msg in self.grid.send_and_receive(messages, timeout=self.round_timeout):
+            node = msg.metadata.src_node_id
+            if msg.has_error():
+                self.refused[node] = msg.error.reason
+                log.error("node %d refused the run: %s", node, msg.error.reason)
+                continue
+            try:
+                cid = self._check_node(node, dict(msg.content[NODE_RECORD]))
+                descriptions[cid] = content_to_reply(msg.content)
+            except (FedhetError, KeyError) as exc:
+                self.refused[node] = str(exc)
+                log.error("refused node %d: %s", node, exc)
+                continue
+            self.node_of[cid] = node
+        missing = [c for c in client_ids if c not in self.node_of]
+        failures = {c: "no node described itself as this client" for c in missing}
+        return descriptions, failures
+
+    def _check_node(self, node: int, record: dict[str, Any]) -> int:
+        """The node's client id, after checking its data against the run (ProtocolError naming the node)."""
+        cid = int(record["client-id"])
+        shape, expected = list(record["input_shape"]), list(self.run_record["input_shape"])
+        if shape != expected:
+            raise ProtocolError(
+                f"node {node} (client {cid}) holds inputs of shape {shape}; the run's are {expected}"
+            )
+        classes = list(record.get("classes", []))
+        if classes and classes != list(self.run_record["classes"])[: len(classes)]:
+            raise ProtocolError(
+                f"node {node} (client {cid}) names its classes {classes}; "
+                f"the run's are {self.run_record['classes']}"
+            )
+        if not 0 <= cid < self.num_clients:
+            raise ProtocolError(
+                f"node {node} says it is client {cid}; the run has clients 0..{self.num_clients - 1}"
+            )
+        if cid in self.node_of:
+            raise ProtocolError(f"node {node} and node {self.node_of[cid]} both say they are client {cid}")
+        return cid
+
+    # -- rounds -----------------------------------------------------------------------------------------
+    def send(self, rnd: int, instructions: dict[int, Instruction]) -> tuple[dict[int, Reply], Failures]:
+        failures: Failures = {}
+        messages, client_of = [], {}
+        connected = set(self.grid.get_node_ids())
+        for cid in sorted(instructions):
+            node = self.node_of.get(cid)
+            if node is None:
+                failures[cid] = "no node holds this client (it was refused or never connected)"
+                continue
+            if node not in connected:
+                failures[cid] = f"node {node} is no longer connected"
+                continue
+            client_of[node] = cid
+            messages.append(
+                Message(
+                    instruction_to_content(instructions[cid]),
+                    dst_node_id=node,
+                    message_type=MessageType.TRAIN,
+                    group_id=str(rnd),
+                )
+            )
+        replies: dict[int, Reply] = {}
+        for msg in self.grid.send_and_receive(messages, timeout=self.round_timeout):
+            cid = client_of.get(msg.metadata.src_node_id)
+            if cid is None:
+                continue
+            if msg.has_error():
+                failures[cid] = msg.error.reason
+                continue
+            try:
+                replies[cid] = content_to_reply(msg.content)
+            except ProtocolError as exc:
+                failures[cid] = str(exc)
+        for cid in client_of.values():
+            if cid not in replies and cid not in failures:
+                failures[cid] = f"no reply within {self.round_timeout:g} s"
+        return replies, failures
+
+
+class FlowerServer(RoundLoop):
+    """The round loop of a Flower ServerApp: evaluation data from the config (the server's own copy)."""
+
+    def __init__(
+        self,
+        cfg: ExperimentConfig,
+        strategy: Strategy,
+        grid: Grid,
+        *,
+        round_timeout: float = ROUND_TIMEOUT,
+        connect_timeout: float = CONNECT_TIMEOUT,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(cfg, strategy, **kwargs)
+        self.grid = grid
+        self.round_timeout = round_timeout
+        self.connect_timeout = connect_timeout
+
+    def build_data(self):
+        from fedhet.engine.simulation import build_federation
+
+        return build_federation(self.cfg, self.device)
+
+    def make_transport(self) -> FlowerTransport:
+        ds = self.fed.dataset
+        run_record = {
+            "config": to_toml(self.cfg),
+            "classes": [str(c) for c in ds.classes],
+            "input_shape": [int(s) for s in ds.input_shape],
+            "mean": [float(m) for m in ds.mean],
+            "std": [float(s) for s in ds.std],
+        }
+        return FlowerTransport(
+            self.grid,
+            run_record,
+            num_clients=self.cfg.data.clients,
+            round_timeout=self.round_timeout,
+            connect_timeout=self.connect_timeout,
+        )
+
+    def run(self) -> dict[str, Any]:
+        summary = super().run()
+        if self.run_dir is not None:
+            nodes = {
+                "clients": {str(c): n for c, n in sorted(self.transport.node_of.items())},
+                "refused": {str(n): r for n, r in self.transport.refused.items()},
+            }
+            (self.run_dir / "flower_nodes.json").write_text(json.dumps(nodes, indent=2))
+        return summary
+
+
+def make_server_app(
+    cfg: ExperimentConfig | None = None,
+    *,
+    run_dir: str | os.PathLike | None = None,
+    app_dir: str | os.PathLike | None = None,
+    strategy: Strategy | None = None,
+    reference_contributions: Sequence[float] | np.ndarray | None = None,
+    progress: Callable[..., None] | None = None,
+    on_summary: Callable[[dict[str, Any]], None] | None = None,
+) -> ServerApp:
+    """A ServerApp that runs one fedhet experiment.
+
+    With ``cfg`` (Flower simulation from Python) it runs that config; otherwise it reads the run config of
+    ``flwr run``: ``config`` (a fedhet TOML, relative to ``app_dir``), ``run-dir``, ``round-timeout``,
+    ``connect-timeout``.
+    """
+    app = ServerApp()
+
+    @app.main()
+    def main(grid: Grid, context: Context) -> None:
+        from fedhet.experiment import needs_reference, standalone_accuracies
+
+        run_config = dict(context.run_config)
+        config = cfg if cfg is not None else _config_from_run_config(run_config, app_dir)
+        from fedhet.algorithms import build_strategy
+
+        chosen = (
+            strategy if strategy is not None else build_strategy(config.method.name, config.method.params)
+        )
+        reference = reference_contributions
+        if reference is None and needs_reference(config, chosen):
+            reference = standalone_accuracies(config)  # the cached pre-pass, on the server's copy of the data
+        out = run_dir if run_dir is not None else run_config.get("run-dir")
+        server = FlowerServer(
+            config,
+            chosen,
+            grid,
+            run_dir=out,
+            progress=progress,
+            reference_contributions=reference,
+            round_timeout=float(run_config.get("round-timeout", ROUND_TIMEOUT)),
+            connect_timeout=float(run_config.get("connect-timeout", CONNECT_TIMEOUT)),
+        )
+        summary = server.run()
+        if on_summary is not None:
+            on_summary(summary)
+
+    return app
+
+
+def _config_from_run_config(
+    run_config: dict[str, Any], app_dir: str | os.PathLike | None
+) -> ExperimentConfig:
+    if "config" not in run_config:
+        raise ConfigError(
+            "the Flower app's run config has no 'config' (the fedhet experiment TOML); set it under "
+            "[tool.flwr.app.config] in the app's pyproject.toml or with "
+            "flwr run --run-config \"config='x.toml'\""
+        )
+    path = Path(str(run_config["config"])).expanduser()
+    if not path.is_absolute() and app_dir is not None:
+        path = Path(app_dir) / path
+    return load_config(path)
+
+
+def run_flower_simulation(
+    cfg: ExperimentConfig,
+    run_dir: str | os.PathLike | None = None,
+    *,
+    strategy: Strategy | None = None,
+    reference_contributions: Sequence[float] | np.ndarray | None = None,
+    progress: Callable[..., None] | None = None,
+    verbose: bool = False,
+) -> dict[str, Any]:
+    """Run ``cfg`` on Flower's simulation engine (Ray): one virtual SuperNode per client, each with one
+    CPU; returns the summary, as :func:`fedhet.experiment.run_experiment` does."""
+    from flwr.simulation import run_simulation
+
+    from fedhet.algorithms import build_strategy
+    from fedhet.flower.client import make_client_app
+
+    strategy = strategy if strategy is not None else build_strategy(cfg.method.name, cfg.method.params)
+    check_transport(strategy, FlowerTransport.name)  # before Ray starts
+    result: dict[str, Any] = {}
+    server_app = make_server_app(
+        cfg,
+        run_dir=run_dir,
+        strategy=strategy,
+        reference_contributions=reference_contributions,
+        progress=progress,
+        on_summary=result.update,
+    )
+    backend = {
+        "client_resources": {"num_cpus": 1, "num_gpus": 0.0},
+        "init_args": {"include_dashboard": False, "num_cpus": os.cpu_count() or 1},
+    }
+    run_simulation(
+        server_app,
+        make_client_app(),
+        num_supernodes=cfg.data.clients,
+        backend_config=backend,
+        verbose_logging=verbose,
+    )
+    if not result:
+        raise FedhetError(
+            "the Flower simulation ended without a summary; see the log above for the server's error"
+        )
+    return result
