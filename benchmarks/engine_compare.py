@@ -1,0 +1,158 @@
+"""The embedded engine against Flower's simulation engine on the same work, in one run.
+
+Fashion-MNIST, the `mlp`, IID clients, 1 local epoch, FedAvg and CELM, 10 and 50 clients. Every cell runs in
+its own process (so its peak memory is its own): the per-round time (median of the rounds' train + eval
+time from the run's timings.jsonl, rounds 2 onwards), the start-up before round 1 (data, model, Ray and the
+describe exchange for Flower), and the peak resident memory of the process and all its children (Ray's
+workers included), sampled every 0.2 s from /proc.
+
+    python benchmarks/engine_compare.py [--rounds 4] [--clients 10,50] [--methods fedavg,celm]
+
+Threads: the embedded engine uses one torch thread; Flower runs one client per CPU with one thread each (on
+2 cores, two clients at a time), so Flower may use both cores where the embedded engine uses one.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+
+def tree_rss_bytes(root: int) -> int:
+    """Resident memory of ``root`` and every descendant (Linux /proc)."""
+    parents: dict[int, int] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+                parents[int(entry.name)] = int(fields[1])
+            except (OSError, IndexError, ValueError):
+                continue
+    family, frontier = {root}, [root]
+    while frontier:
+        pid = frontier.pop()
+        kids = [p for p, pp in parents.items() if pp == pid and p not in family]
+        family.update(kids)
+        frontier += kids
+    total = 0
+    for pid in family:
+        try:
+            for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+                if line.startswith("VmRSS:"):
+                    total += int(line.split()[1]) * 1024
+        except OSError:
+            continue
+    return total
+
+
+def one_cell(engine: str, method: str, clients: int, rounds: int) -> dict:
+    """Run one (engine, method, clients) cell in this process; return its timings and peak memory."""
+    from fedhet.config import ExperimentConfig
+    from fedhet.experiment import make_simulation
+
+    cfg = ExperimentConfig()
+    cfg.data.dataset, cfg.data.split, cfg.data.clients = "fashion-mnist", "iid", clients
+    cfg.model.name = "mlp"
+    cfg.train.rounds, cfg.train.local_epochs, cfg.train.batch_size, cfg.train.threads = rounds, 1, 64, 1
+    cfg.eval.fairness, cfg.eval.every = False, 1
+    cfg.method.name = method
+    if method == "celm":
+        cfg.method.params = {"warmup_fraction": 0.5}
+    peak = {"rss": 0}
+    stop = threading.Event()
+
+    def sample() -> None:
+        while not stop.is_set():
+            peak["rss"] = max(peak["rss"], tree_rss_bytes(os.getpid()))
+            time.sleep(0.2)
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+    first_round: list[float] = []
+    progress = lambda rnd, total, line: first_round.append(time.perf_counter()) if rnd == 1 else None  # noqa: E731
+    with tempfile.TemporaryDirectory() as tmp:
+        run_dir = Path(tmp) / "run"
+        started = time.perf_counter()
+        if engine == "flower":
+            from fedhet.flower.server import run_flower_simulation
+
+            run_flower_simulation(cfg, run_dir, progress=progress)
+        else:
+            make_simulation(cfg, run_dir=run_dir, progress=progress).run()
+        wall = time.perf_counter() - started
+        timings = [json.loads(s) for s in (run_dir / "timings.jsonl").read_text().splitlines()]
+    stop.set()
+    sampler.join()
+    per_round = [t["train_s"] + t.get("eval_s", 0.0) for t in timings]
+    return {
+        "engine": engine,
+        "method": method,
+        "clients": clients,
+        "round_s": statistics.median(per_round[1:] or per_round),
+        "startup_s": first_round[0] - started - per_round[0],
+        "wall_s": wall,
+        "peak_rss_gb": peak["rss"] / 1e9,
+    }
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--rounds", type=int, default=4)
+    parser.add_argument("--clients", default="10,50")
+    parser.add_argument("--methods", default="fedavg,celm")
+    parser.add_argument("--one", nargs=3, metavar=("ENGINE", "METHOD", "CLIENTS"), help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.one:
+        engine, method, clients = args.one
+        print(json.dumps(one_cell(engine, method, int(clients), args.rounds)))
+        return 0
+    rows = []
+    for clients in (int(c) for c in args.clients.split(",")):
+        for method in args.methods.split(","):
+            for engine in ("embedded", "flower"):
+                cmd = [
+                    sys.executable,
+                    __file__,
+                    "--rounds",
+                    str(args.rounds),
+                    "--one",
+                    engine,
+                    method,
+                    str(clients),
+                ]
+                done = subprocess.run(cmd, capture_output=True, text=True)
+                if done.returncode:
+                    print(done.stderr[-3000:], file=sys.stderr)
+                    return 1
+                rows.append(json.loads(done.stdout.strip().splitlines()[-1]))
+                r = rows[-1]
+                print(
+                    f"{engine:8s} {method:6s} N={clients:3d}  round {r['round_s']:6.2f} s  start-up "
+                    f"{r['startup_s']:6.2f} s  peak RSS {r['peak_rss_gb']:5.2f} GB",
+                    flush=True,
+                )
+    print()
+    by = {(r["engine"], r["method"], r["clients"]): r for r in rows}
+    for clients in (int(c) for c in args.clients.split(",")):
+        for method in args.methods.split(","):
+            e, f = by[("embedded", method, clients)], by[("flower", method, clients)]
+            print(
+                f"RATIO flower/embedded {method} N={clients}: per round {f['round_s'] / e['round_s']:.2f}x, "
+                f"peak memory {f['peak_rss_gb'] / e['peak_rss_gb']:.2f}x; Flower start-up "
+                f"{f['startup_s']:.1f} s (embedded {e['startup_s']:.1f} s)"
+            )
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
