@@ -40,7 +40,7 @@ SERVER_KNOWS = {
     "validation",
     "reference_contributions",
 }
-SUBMODEL = ("fedrac", "fedrac-fixed-ratio", "fedrac-random-masks", "fedsac")
+SUBMODEL = ("fedrac", "fedrac-fixed-ratio", "fedrac-random-masks", "fedrac-strict", "fedsac")
 PROXY_HEADS = ("proxyfl",)
 
 

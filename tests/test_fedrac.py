@@ -275,9 +275,29 @@ def _drive(cfg: ExperimentConfig, rounds: int, standalone: np.ndarray = STANDALO
     record = []
     for rnd in range(1, rounds + 1):
         before = sim.strategy.frequency.clone()
+        models_before = {k: v.clone() for k, v in sim.strategy.model.state_dict().items()}
         sim.train_round(rnd)
-        record.append((before, sim.strategy.masks.clone(), sim.strategy.frequency.clone()))
+        record.append((before, sim.strategy.masks.clone(), sim.strategy.frequency.clone(), models_before))
     return sim, record
+
+
+def _scan_sizes(thresholds, sizes, accuracies, strict):
+    """The allocation of methods.md §3.4 step 5 written out again (no helper shared with the code): clients in
+    ascending contribution order each take the largest candidate above the previous one's index whose
+    accuracy is <= its threshold, else the next index; ``strict`` leaves one index per later client."""
+    out, previous, count = [], 0, len(thresholds)
+    for rank, threshold in enumerate(thresholds):
+        top = len(sizes) - 1 - (count - 1 - rank) if strict else len(sizes) - 1
+        chosen = previous + 1
+        for index in range(top, previous, -1):
+            if accuracies[index - 1] <= threshold:
+                chosen = index
+                break
+        if previous + 1 > top:
+            chosen = previous
+        out.append(sizes[chosen - 1])
+        previous = chosen
+    return out
 
 
 def test_fedrac_rounds_allocate_nested_prefixes_by_contribution():
@@ -287,10 +307,10 @@ def test_fedrac_rounds_allocate_nested_prefixes_by_contribution():
     assert units == 48
     # contributions come from the engine's standalone accuracies, sharpened with the mlp200 β = 80
     np.testing.assert_allclose(strat.sharpened, sharpen_contributions(STANDALONE, 80.0))
-    before, masks, after = record[0]
+    before, masks, after, _ = record[0]
     assert torch.all(masks == 1) and torch.all(after == 0)  # round 1: full models, table untouched
     total = torch.zeros(units, dtype=torch.int64)
-    for before, masks, after in record[1:]:
+    for before, masks, after, _ in record[1:]:
         total += masks.sum(0).long()
         assert torch.equal(after, before + masks.sum(0).long())  # table += Σ_i m_i
         assert torch.equal(after, total)
@@ -300,16 +320,58 @@ def test_fedrac_rounds_allocate_nested_prefixes_by_contribution():
             assert torch.equal(masks[cid], nested_prefix_masks(order, [int(sizes[cid])], units)[0])
         ranked = np.argsort(STANDALONE, kind="stable")
         assert ranked[-1] == 3 and int(sizes[3]) == units  # the top contributor has the full model
-        assert all(int(sizes[a]) < int(sizes[b]) for a, b in zip(ranked[:-1], ranked[1:], strict=True))
+        assert all(int(sizes[a]) <= int(sizes[b]) for a, b in zip(ranked[:-1], ranked[1:], strict=True))
         assert all(s % 8 == 0 for s in sizes.tolist())
+
+
+@pytest.mark.parametrize("strict", [False, True])
+def test_a_fedrac_round_recomputes_from_masked_validation_accuracies(strict):
+    """Sizes recomputed from scratch: each candidate's accuracy by setting its mask on the round's global
+    model and predicting the validation set, thresholds by the formula, the scan written out again."""
+    # A global model that learns (25 local steps at lr 0.1) and contributions inside the candidates'
+    # accuracy range, so that the thresholds decide the sizes.
+    standalone = np.array([0.05, 0.35, 0.20, 0.70, 0.12])
+    cfg = small_config(strict_sizes=strict)
+    cfg.train.local_steps, cfg.train.lr = 25, 0.1
+    sim, record = _drive(cfg, 4, standalone=standalone)
+    strat = sim.strategy
+    val_x, val_y = sim.info.validation
+    model = copy.deepcopy(strat.model).eval()
+    decided_by_thresholds = {"all -1": False, "reversed": False}
+    for rnd, (before, masks, _, weights) in enumerate(record[1:], start=2):
+        model.load_state_dict(weights)
+        order = torch.argsort(before, stable=True)
+        cand_sizes = [8 * s for s in range(1, 7)]
+        accuracies = []
+        for size in cand_sizes:
+            mask = torch.zeros(48)
+            mask[order[:size]] = 1.0
+            model.set_mask(mask)
+            with torch.no_grad():
+                accuracies.append(float((model(val_x).argmax(1) == val_y).float().mean()))
+        model.set_mask(None)
+        acc_g = accuracies[-1]
+        ratio = 0.2 * (1 - 1 / math.log(0.3 * rnd + 3.0))  # λ = 0.2 before the switch round (mlp200)
+        sharpened = 100 * np.exp(80.0 * (standalone - standalone.max()))
+        thresholds = standalone + (acc_g - ratio * acc_g) * sharpened / 100
+        ranked = np.argsort(standalone, kind="stable")
+        expected = _scan_sizes(thresholds[ranked[:-1]], cand_sizes, accuracies, strict)
+        got = masks.sum(1).long().numpy()
+        assert got[ranked[:-1]].tolist() == expected and got[ranked[-1]] == 48
+        # the thresholds decide: with every threshold at −1 (or reversed) the sizes would differ
+        low = _scan_sizes([-1.0] * 4, cand_sizes, accuracies, strict)
+        flipped = _scan_sizes(thresholds[ranked[:-1]][::-1], cand_sizes, accuracies, strict)
+        decided_by_thresholds["all -1"] |= expected != low
+        decided_by_thresholds["reversed"] |= expected != flipped
+    assert all(decided_by_thresholds.values()), decided_by_thresholds
 
 
 def test_ablations_fixed_ratio_and_random_masks():
     sim, record = _drive(small_config("fedrac-random-masks"), 3)
-    _, masks, after = record[-1]
+    _, masks, after, _ = record[-1]
     sizes = masks.sum(1).long().tolist()
     ranked = np.argsort(STANDALONE, kind="stable")
-    assert sizes[3] == 48 and all(sizes[a] < sizes[b] for a, b in zip(ranked[:-1], ranked[1:], strict=True))
+    assert sizes[3] == 48 and all(sizes[a] <= sizes[b] for a, b in zip(ranked[:-1], ranked[1:], strict=True))
     ordered = masks[ranked]
     assert not bool((ordered[:-1] <= ordered[1:]).all())  # independent random masks do not nest
     assert torch.equal(after, record[-2][2] + masks.sum(0).long())
@@ -329,9 +391,10 @@ def test_code_mask_off_by_one_option_reaches_the_allocation(monkeypatch):
         return original(*args, **kwargs)
 
     monkeypatch.setattr(submodel_module, "allocate_sizes", spy)
-    _drive(small_config(mask_off_by_one=True, strict_sizes=False), 2)
+    _drive(small_config(mask_off_by_one=True, strict_sizes=True), 2)
     _drive(small_config(), 2)
-    assert seen == [(True, False), (False, True)]
+    _drive(small_config("fedrac-strict"), 2)
+    assert seen == [(True, True), (False, False), (False, True)]  # the default is the code's: sizes may tie
 
 
 def test_missing_validation_set_and_model_without_masks_are_config_errors():

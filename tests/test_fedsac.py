@@ -126,7 +126,7 @@ def test_fedsac_masks_are_importance_prefixes_sized_by_contribution():
             assert torch.equal(strat.masks[cid], nested_prefix_masks(order, [int(sizes[cid])], 48)[0])
         ranked = np.argsort(STANDALONE, kind="stable")
         assert int(sizes[ranked[-1]]) == 48
-        assert all(int(sizes[a]) < int(sizes[b]) for a, b in zip(ranked[:-1], ranked[1:], strict=True))
+        assert all(int(sizes[a]) <= int(sizes[b]) for a, b in zip(ranked[:-1], ranked[1:], strict=True))
         # the most important units are in every client's submodel
         assert torch.all(strat.masks[:, order[: int(sizes.min())]] == 1)
     assert recomputed == [2, 4]  # importance_every = 2

@@ -10,6 +10,9 @@ A table is a TOML file (``configs/reproduce/*.toml``)::
     seeds = 3
     methods = ["fedavg", "celm"]
 
+    [method_params]                              # optional: parameters of one method in every row
+    shapfed = { protocol = "global" }
+
     [[rows]]
     name = "Dir 0.05"
     config = "../celm/fmnist-dir0.05.toml"      # relative to this file
@@ -54,6 +57,7 @@ class Row:
     available: bool = True
     note: str = ""
     metric: str | None = None  # overrides the table's metric for this row
+    method_params: dict[str, dict[str, Any]] = field(default_factory=dict)  # merged over the table's
 
 
 @dataclass
@@ -68,6 +72,8 @@ class Spec:
     methods: list[str]
     rows: list[Row]
     notes: str = ""
+    #: Per-method parameters for every row (the parity settings, e.g. CFFL's protocol).
+    method_params: dict[str, dict[str, Any]] = field(default_factory=dict)
 
 
 def parse_paper_value(text: Any) -> tuple[float, float | None]:
@@ -104,7 +110,18 @@ def load_spec(name: str) -> Spec:
         raw = tomllib.loads(path.read_text())
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{path} is not valid TOML: {exc}") from exc
-    known = {"title", "source", "metric", "view", "scale", "seeds", "methods", "rows", "notes"}
+    known = {
+        "title",
+        "source",
+        "metric",
+        "view",
+        "scale",
+        "seeds",
+        "methods",
+        "rows",
+        "notes",
+        "method_params",
+    }
     bad = set(raw) - known
     if bad:
         raise ConfigError(f"{path}: unknown key(s) {sorted(bad)}; accepted: {sorted(known)}")
@@ -112,7 +129,7 @@ def load_spec(name: str) -> Spec:
         raise ConfigError(f"{path}: view={raw.get('view')!r}; accepted: 'final', 'best', 'last'")
     rows = []
     for i, r in enumerate(raw.get("rows", [])):
-        unknown = set(r) - {"name", "config", "set", "paper", "available", "note", "metric"}
+        unknown = set(r) - {"name", "config", "set", "paper", "available", "note", "metric", "method_params"}
         if unknown:
             raise ConfigError(f"{path}: row {i} has unknown key(s) {sorted(unknown)}")
         cfg = (path.parent / r["config"]).resolve() if r.get("config") else None
@@ -127,6 +144,7 @@ def load_spec(name: str) -> Spec:
                 paper={m: parse_paper_value(v) for m, v in r.get("paper", {}).items()},
                 available=available,
                 note=r.get("note", ""),
+                method_params=_method_params(path, r.get("method_params", {})),
             )
         )
     return Spec(
@@ -140,7 +158,17 @@ def load_spec(name: str) -> Spec:
         methods=list(raw.get("methods", [])),
         rows=rows,
         notes=raw.get("notes", ""),
+        method_params=_method_params(path, raw.get("method_params", {})),
     )
+
+
+def _method_params(path: Path, raw: Any) -> dict[str, dict[str, Any]]:
+    """``{method: {param: value}}`` from a spec, every table a table of parameters."""
+    if not isinstance(raw, dict) or not all(isinstance(v, dict) for v in raw.values()):
+        raise ConfigError(
+            f"{path}: method_params must map method names to tables, e.g. cffl = {{ protocol = 'global' }}"
+        )
+    return {str(m): dict(v) for m, v in raw.items()}
 
 
 def _data_missing(cfg: ExperimentConfig) -> str:
@@ -203,12 +231,15 @@ def run_spec(
             results.append(entry)
             continue
         seed_list = [base.seed + i for i in range(n_seeds)]
-        key = (base.fingerprint(), tuple(wanted), tuple(seed_list))
+        params = {m: {**spec.method_params.get(m, {}), **row.method_params.get(m, {})} for m in wanted}
+        key = (base.fingerprint(), tuple(wanted), tuple(seed_list), json.dumps(params, sort_keys=True))
         if key not in done:
             slug = re.sub(r"[^A-Za-z0-9.]+", "-", row.name).strip("-").lower()
             while any(d[1] == out_dir / slug for d in done.values()):
                 slug += "-b"
-            summaries = run_comparison(base, wanted, seed_list, out_dir / slug, progress=progress, jobs=jobs)
+            summaries = run_comparison(
+                base, wanted, seed_list, out_dir / slug, method_params=params, progress=progress, jobs=jobs
+            )
             done[key] = ({r["method"]: r for r in aggregate_rows(summaries)}, out_dir / slug)
         agg, run_dir = done[key]
         entry.update(

@@ -26,6 +26,7 @@ ALGORITHMS: dict[str, str] = {
     "fedrac": "fedhet.algorithms.fedrac:FedRAC",
     "fedrac-fixed-ratio": "fedhet.algorithms.fedrac:FedRACFixedRatio",
     "fedrac-random-masks": "fedhet.algorithms.fedrac:FedRACRandomMasks",
+    "fedrac-strict": "fedhet.algorithms.fedrac:FedRACStrictSizes",
     "fedsac": "fedhet.algorithms.fedsac:FedSAC",
     # federated semi-supervised learning
     "fedavg-labeled": "fedhet.algorithms.fixmatch:LabeledOnly",

@@ -124,8 +124,9 @@ class CFFL(OwnModelStrategy):
         threshold_coef: float | None = None,
         class_imbalance: bool = False,
         aggregation: str = "mean",
+        protocol: str = "own-model",
     ) -> None:
-        super().__init__()
+        super().__init__(protocol=protocol)
         self.upload_fraction = check_number(
             "upload_fraction", upload_fraction, 0.0, 1.0, low_open=True, hint="θ, CFFL's privacy level (0.1)"
         )

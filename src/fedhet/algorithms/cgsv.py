@@ -93,8 +93,9 @@ class CGSV(OwnModelStrategy):
         normalization: str = "scale",
         sparsify: bool = True,
         keep_local_update: bool = False,
+        protocol: str = "own-model",
     ) -> None:
-        super().__init__()
+        super().__init__(protocol=protocol)
         self.update_norm = check_number(
             "update_norm",
             update_norm,

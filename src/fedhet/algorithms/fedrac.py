@@ -46,7 +46,7 @@ class FedRAC(SubmodelStrategy):
         candidate_step_late: int | None = None,
         validation_samples: int | None = None,
         mask_off_by_one: bool = False,
-        strict_sizes: bool = True,
+        strict_sizes: bool = False,
     ) -> None:
         super().__init__(
             sharpness=sharpness,
@@ -95,7 +95,7 @@ class FedRACFixedRatio(SubmodelStrategy):
         candidate_step_late: int | None = None,
         validation_samples: int | None = None,
         mask_off_by_one: bool = False,
-        strict_sizes: bool = True,
+        strict_sizes: bool = False,
     ) -> None:
         super().__init__(
             sharpness=sharpness,
@@ -132,3 +132,16 @@ class FedRACRandomMasks(FedRAC):
     def build_masks(self, order: Tensor, sizes: np.ndarray, rnd: int) -> Tensor:
         generator = self._round_generator()
         return torch.stack([random_mask(self.units, int(s), generator) for s in sizes])
+
+
+class FedRACStrictSizes(FedRAC):
+    """FedRAC with strictly increasing submodel sizes [ours]: each client's scan leaves one candidate per
+    later client, so no two clients tie (the code lets them tie at the largest proper submodel). Reported
+    beside FedRAC in the reproductions: the staircase puts the rank order into the rewards."""
+
+    name = "fedrac-strict"
+    label = "FedRAC (strict sizes)"
+
+    def __init__(self, **kwargs) -> None:
+        kwargs.setdefault("strict_sizes", True)
+        super().__init__(**kwargs)

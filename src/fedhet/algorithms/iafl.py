@@ -65,9 +65,13 @@ class IAFL(OwnModelStrategy):
     local_update = "reset"
 
     def __init__(
-        self, sharing: float = 0.0, recovery_probability: float = 0.1, contribution: str = "data-size"
+        self,
+        sharing: float = 0.0,
+        recovery_probability: float = 0.1,
+        contribution: str = "data-size",
+        protocol: str = "own-model",
     ) -> None:
-        super().__init__()
+        super().__init__(protocol=protocol)
         self.sharing = check_number("sharing", sharing, 0.0, 1.0, high_open=True, hint="κ ∈ [0, 1)")
         self.recovery_probability = check_number(
             "recovery_probability", recovery_probability, 0.0, 1.0, hint="q, the chance of a reset per round"

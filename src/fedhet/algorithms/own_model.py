@@ -44,6 +44,7 @@ import torch
 from torch import Tensor, nn
 
 from fedhet.algorithms.fedavg import FedAvg, SGDTrainer
+from fedhet.algorithms.params import check_choice
 from fedhet.engine.protocol import KEEP_KEY, FederationInfo, Instruction, LocalUpdate, Reply, Weights
 from fedhet.engine.weights import clone_weights
 
@@ -53,6 +54,10 @@ log = logging.getLogger("fedhet")
 LOCAL_UPDATE_PREFIX = "local_update/"
 LOCAL_UPDATE_MODES = ("reset", "keep")
 UPLOAD_CRITERIA = ("all", "layer")
+#: "own-model": each client keeps its own model and receives rewards (the methods' own papers);
+#: "global": every client restarts from the global model each round and only the global model is
+#: evaluated (the methods as contribution estimators inside a FedAvg loop, CELM's tables).
+PROTOCOLS = ("own-model", "global")
 
 
 # --------------------------------------------------------------------------------------------------------
@@ -279,8 +284,15 @@ class OwnModelStrategy(FedAvg):
     #: What a client keeps of its own update ('reset' or 'keep'), sent in every instruction.
     local_update = "reset"
 
-    def __init__(self) -> None:
+    def __init__(self, protocol: str = "own-model") -> None:
         super().__init__(weighting="samples", reward="local")
+        self.protocol = check_choice(
+            "protocol",
+            protocol,
+            PROTOCOLS,
+            hint="'own-model': clients keep their own models and get rewards (the method's paper); 'global': "
+            "every client restarts from the global model, rewards are not used (CELM's tables)",
+        )
         self.client_models: dict[int, Weights] = {}
         self.pending: dict[int, Weights] = {}
         self.resync: set[int] = set()
@@ -319,6 +331,8 @@ class OwnModelStrategy(FedAvg):
         the initial model plus its pending rewards the first time."""
         self.before_round(rnd, client_ids)
         out: dict[int, Instruction] = {}
+        if self.protocol == "global":
+            return self._configure_global(rnd, client_ids)
         for cid in client_ids:
             if cid in self.resync:
                 ins = Instruction(weights=clone_weights(self.client_models[cid]), delta=False)
@@ -332,6 +346,20 @@ class OwnModelStrategy(FedAvg):
                 ins = Instruction(weights=self.pending[cid], delta=True)
             else:
                 ins = Instruction(weights={})
+            ins.config.update(self.client_config(rnd, cid))
+            ins.config[KEEP_KEY] = "model"
+            out[cid] = ins
+        self._awaiting = set(client_ids)
+        self.fresh -= self._awaiting
+        return out
+
+    def _configure_global(self, rnd: int, client_ids: list[int]) -> dict[int, Instruction]:
+        """The ``global`` protocol: every sampled client restarts from the global model (its mirror too)."""
+        global_weights = clone_weights(self.model.state_dict())
+        out: dict[int, Instruction] = {}
+        for cid in client_ids:
+            self.client_models[cid] = global_weights
+            ins = Instruction(weights=global_weights, delta=False)
             ins.config.update(self.client_config(rnd, cid))
             ins.config[KEEP_KEY] = "model"
             out[cid] = ins
@@ -374,7 +402,10 @@ class OwnModelStrategy(FedAvg):
         return reply.weights
 
     def give_reward(self, cid: int, delta: Mapping[str, Tensor]) -> None:
-        """Add the reward δ to client ``cid``'s model (mirror now, client with its next instruction)."""
+        """Add the reward δ to client ``cid``'s model (mirror now, client with its next instruction); under
+        the ``global`` protocol rewards are not used (every client restarts from the global model)."""
+        if self.protocol == "global":
+            return
         self.client_models[cid] = add_update(self.client_models[cid], delta)
         if cid in self.resync:
             return  # its next instruction carries the full mirror anyway
@@ -423,13 +454,16 @@ class OwnModelStrategy(FedAvg):
 
     # -- rewards ------------------------------------------------------------------------------------------
     def reward_model(self, cid: int) -> nn.Module | None:
-        """Client ``cid``'s own model after its latest reward (the server's mirror of it)."""
+        """Client ``cid``'s own model after its latest reward (the server's mirror of it); None under the
+        ``global`` protocol, where every client holds the global model."""
+        if self.protocol == "global":
+            return None
         model = self.scratch_model()
         model.load_state_dict(self.client_models[cid])
         return model
 
     def has_rewards(self) -> bool:
-        return True
+        return self.protocol == "own-model"
 
     # -- records ------------------------------------------------------------------------------------------
     def client_columns(self) -> dict[str, Sequence[float]]:

@@ -13,17 +13,19 @@ rows ω^c are the class *proxies*. On top of FixMatch-GPL with the OR mask (meth
   the global pseudo-labels of the unlabeled samples that pass the mask; uploaded in ``Reply.payload``.
 * **Server** (§2.6): FedAvg, then **GPT** (global proxy tuning): starting from the averaged classifier, the
   global proxies Ω_G are tuned by plain SGD on the uploaded local proxies {(ω_m^c, c)} with Euclidean
-  distances and margin δ = min(max_c min_{c'≠c} ‖ω̄^c − ω̄^{c'}‖, 100) added to the true class, CE(−D, c);
-  the bias keeps its FedAvg value. Then the prior P ← 0.99·P + 0.01·(Σ_i counts_i / Σ counts), starting
+  distances, CE(−D, c); the code adds a margin δ = min(max_c min_{c'≠c} ‖ω̄^c − ω̄^{c'}‖, 100) to the true
+  class (``gpt_margin``, on with the code's direction), the paper's formula has none; the bias keeps its
+  FedAvg value. Then the prior P ← 0.99·P + 0.01·(Σ_i counts_i / Σ counts), starting
   uniform; clients of round r use the prior of round r − 1.
 
 Code quirks (methods.md §2.2, §2.4, §2.6), each an option, the paper's behaviour by default:
 ``shared_optimizer``, ``inflated_labeled_weights`` and ``normalization_mismatch`` (inherited from
 :class:`~fedhet.algorithms.fixmatch.SemiSupervised`), and ``gpt_direction``: ``"paper"`` normalises, for each
 global proxy ω_G^c, over the same client's local proxies of all classes (the paper's formula); ``"code"``
-normalises, for each local proxy ω_m^c, over the global proxies (FSSLlib's ``update_GPT``). methods.md §2.6
-asks to implement the code's version with the paper's as an option, the issue and DESIGN.md ask for the
-paper's behaviour by default: we follow the latter and keep both.
+normalises, for each local proxy ω_m^c, over the global proxies (FSSLlib's ``update_GPT``, with its margin).
+methods.md §2.6 asks to implement the code's version with the paper's as an option, DESIGN.md asks for the
+paper's behaviour by default: the default is the paper's formula exactly (its direction, no margin); the
+reproduction tables use ``gpt_direction="code"`` (with its margin), the code behind the published numbers.
 
 [ours]: a sample is never its own negative (the code admits it only when its class set is empty, which
 needs q = π exactly); ``gpt_direction="paper"`` normalises over the local proxies of one client (the code's
@@ -195,13 +197,15 @@ def global_proxy_tuning(
     lr: float = 0.005,
     margin_cap: float = 100.0,
     direction: str = "paper",
+    use_margin: bool = True,
     rng: np.random.Generator,
 ) -> ProxyTuningResult:
     """GPT (methods.md §2.6 step 2): plain SGD on Ω_G over shuffled mini-batches of the M·C uploaded local
-    proxies, ``epochs`` passes (Q = 100 for CIFAR-10), margin δ from the averaged ``global_proxies``."""
+    proxies, ``epochs`` passes (Q = 100 for CIFAR-10), margin δ from the averaged ``global_proxies`` (δ = 0
+    without ``use_margin``: the paper's formula has none)."""
     local = local_proxies.detach().to(global_proxies.dtype)
     tuned = global_proxies.detach().clone().requires_grad_(True)
-    margin = proxy_margin(global_proxies, margin_cap)
+    margin = proxy_margin(global_proxies, margin_cap) if use_margin else 0.0
     with torch.no_grad():
         before = float(gpt_loss(tuned, local, margin, direction))
     optimizer = torch.optim.SGD([tuned], lr=lr)
@@ -311,7 +315,9 @@ class ProxyFL(FixMatchGPL):
 
     Options (paper defaults): ``gpt``/``icpl`` (ablations), ``icpl_weight`` β = 1, ``prior_momentum`` 0.99,
     ``gpt_epochs`` Q = 100 (CIFAR-10/SVHN/CINIC-10; 10 for CIFAR-100), ``gpt_batch_size`` 4, ``gpt_lr`` 0.005,
-    ``gpt_margin_cap`` 100, ``gpt_direction`` "paper" | "code", ``indecisive_rule`` "prior" | "top-k"
+    ``gpt_margin_cap`` 100, ``gpt_direction`` "paper" | "code", ``gpt_margin`` (δ on the true class;
+    default true with the code's direction, false with the paper's, whose formula has none),
+    ``indecisive_rule`` "prior" | "top-k"
     (``indecisive_top_k``); plus the FixMatch settings and quirks of the base class.
     """
 
@@ -329,6 +335,7 @@ class ProxyFL(FixMatchGPL):
         gpt_lr: float = 0.005,
         gpt_margin_cap: float = 100.0,
         gpt_direction: str = "paper",
+        gpt_margin: bool | None = None,
         indecisive_rule: str = "prior",
         indecisive_top_k: int = 5,
         **kw: Any,
@@ -342,6 +349,12 @@ class ProxyFL(FixMatchGPL):
         self.gpt_lr = check_number("gpt_lr", gpt_lr, 0.0, low_open=True)
         self.gpt_margin_cap = check_number("gpt_margin_cap", gpt_margin_cap, 0.0)
         self.gpt_direction = check_choice("gpt_direction", gpt_direction, GPT_DIRECTIONS)
+        if gpt_margin is not None:
+            check_flag(
+                "gpt_margin", gpt_margin, hint="δ on the true class; default: only with the code's direction"
+            )
+        #: δ is the code's (FSSLlib's ``update_GPT``); the paper's formula has no margin.
+        self.gpt_margin = (self.gpt_direction == "code") if gpt_margin is None else gpt_margin
         self.indecisive_rule = check_choice("indecisive_rule", indecisive_rule, INDECISIVE_RULES)
         self.indecisive_top_k = check_integer("indecisive_top_k", indecisive_top_k, 1)
         self.prior: Tensor | None = None
@@ -381,6 +394,7 @@ class ProxyFL(FixMatchGPL):
                 lr=self.gpt_lr,
                 margin_cap=self.gpt_margin_cap,
                 direction=self.gpt_direction,
+                use_margin=self.gpt_margin,
                 rng=self.info.rng,
             )
             with torch.no_grad():

@@ -24,10 +24,15 @@ Personalised reward (``reward_scale``): w̄_i = (1 − c_i)·w_i + c_i·w_global
 (``'max'``, the paper; the top contributor receives the global model) or c_i = γ_i/Σγ (``'sum'``, what
 the released code's ``server.broadcast(coefficients=weights)`` applies). Clients continue training from w̄_i.
 
-Deviations [ours]: negative γ are clipped to 0 in the aggregation weights and c_i (uniform weights if all are
-≤ 0); clients that send nothing keep their γ and model (they are left out of that round's coalitions and
-aggregate) and still receive the personalisation step; ``first_round_epochs`` (the code trains 5 local
-epochs in its first round) is available but off by default.
+Normalised weights (``score_weights``): ``'sum'`` (default; the paper's γ_i/Σγ and the released code's
+``shapley_values / np.sum(shapley_values)``: a negative γ gives a negative weight), ``'clip'`` ([ours]:
+negative γ count as 0, so a client whose head update points against the aggregate gets no weight) or
+``'softmax'`` (the code's commented-out alternative). Uniform when the weights cannot be normalised
+(Σγ ≤ 0). The personalisation coefficients c_i are clipped to [0, 1] in every mode.
+
+Deviations [ours]: clients that send nothing keep their γ and model (they are left out of that round's
+coalitions and aggregate) and still receive the personalisation step; ``first_round_epochs`` (the code trains
+5 local epochs in its first round) is available but off by default.
 """
 
 from __future__ import annotations
@@ -48,6 +53,7 @@ from fedhet.errors import ConfigError
 CONTRIBUTIONS = ("grand-coalition", "exact-shapley", "monte-carlo")
 AGGREGATIONS = ("shapley", "uniform", "samples")
 REWARD_SCALES = ("max", "sum")
+SCORE_WEIGHTS = ("sum", "clip", "softmax")
 #: 2^14 coalitions × K classes × (D+1) head entries stays well under a gigabyte for fedhet's heads.
 EXACT_LIMIT = 14
 
@@ -122,6 +128,18 @@ def monte_carlo_shapley_scores(
     return out / permutations
 
 
+def normalised_weights(gamma: np.ndarray, mode: str = "sum") -> np.ndarray:
+    """w = γ/Σγ ('sum'), max(γ, 0)/Σ max(γ, 0) ('clip') or softmax(γ); uniform if the sum is ≤ 0."""
+    g = np.asarray(gamma, dtype=np.float64)
+    if mode == "softmax":
+        e = np.exp(g - g.max())
+        return e / e.sum()
+    if mode == "clip":
+        g = np.clip(g, 0.0, None)
+    total = float(g.sum())
+    return g / total if total > 0 else np.full(g.shape, 1.0 / g.size)
+
+
 def personalise(own: Weights, global_weights: Weights, coefficient: float, keys: Sequence[str]) -> Weights:
     """The personalisation step as a delta: c·(w_global − w_i), so that w_i + δ = (1−c)·w_i + c·w_global."""
     return {k: coefficient * (global_weights[k] - own[k]) for k in keys}
@@ -145,8 +163,17 @@ class ShapFed(OwnModelStrategy):
         permutations: int = 200,
         max_exact_clients: int = EXACT_LIMIT,
         first_round_epochs: float | None = None,
+        score_weights: str = "sum",
+        protocol: str = "own-model",
     ) -> None:
-        super().__init__()
+        super().__init__(protocol=protocol)
+        self.score_weights = check_choice(
+            "score_weights",
+            score_weights,
+            SCORE_WEIGHTS,
+            hint="'sum': γ/Σγ, the paper and code; 'clip': negative γ as 0 [ours]; 'softmax': the code's "
+            "commented alternative",
+        )
         self.contribution = check_choice("contribution", contribution, CONTRIBUTIONS)
         self.ema_momentum = check_number(
             "ema_momentum", ema_momentum, 0.0, 1.0, high_open=True, hint="μ of γ ← μ·γ + (1−μ)·γ_new (0.9)"
@@ -225,8 +252,7 @@ class ShapFed(OwnModelStrategy):
                     self.class_scores[cid] = s[row]
                     self.gamma[cid] = s[row].mean()
                     self.scored[cid] = True
-            positive = np.clip(self.gamma, 0.0, None)
-            self.weights = positive / positive.sum() if positive.sum() > 0 else np.full(n, 1.0 / n)
+            self.weights = normalised_weights(self.gamma, self.score_weights)
             if self.aggregation == "shapley":
                 self.mixing = self.weights.copy()
             elif self.aggregation == "uniform":
@@ -256,7 +282,7 @@ class ShapFed(OwnModelStrategy):
         return np.clip(c, 0.0, 1.0)
 
     def contributions(self) -> np.ndarray | None:
-        """Normalised contributions γ_i/Σγ (negative γ clipped to 0) once clients have been scored."""
+        """Normalised contributions (``score_weights``: γ_i/Σγ by default) once clients have been scored."""
         return None if not self.scored.any() else self.weights.copy()
 
     def client_columns(self) -> dict[str, Sequence[float]]:

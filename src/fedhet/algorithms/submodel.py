@@ -85,7 +85,7 @@ def allocate_sizes(
     accuracies: Sequence[float],
     *,
     off_by_one: bool = False,
-    strict: bool = True,
+    strict: bool = False,
 ) -> list[int]:
     """Submodel sizes of the non-top clients, given in ascending contribution order (§3.4 step 5).
 
@@ -286,7 +286,7 @@ class SubmodelStrategy(FedAvg):
         switch_round: int | None = None,
         validation_samples: int | None = None,
         mask_off_by_one: bool = False,
-        strict_sizes: bool = True,
+        strict_sizes: bool = False,
     ) -> None:
         super().__init__(weighting="uniform", reward="none")
         if sharpness is not None:

@@ -293,6 +293,9 @@ class RoundLoop:
         reference = self.fairness_reference
         if rewards is not None:
             out["rewards"] = [float(r) for r in rewards]
+            finite_rewards = [r for r in rewards if math.isfinite(r)]
+            if finite_rewards:  # the best participant's model (CFFL's reference metric)
+                out["best_reward_accuracy"] = float(max(finite_rewards))
             if model is None:  # e.g. Standalone: report the clients' mean accuracy
                 finite = [r for r in rewards if math.isfinite(r)]
                 out["accuracy"] = float(np.mean(finite)) if finite else float("nan")
@@ -452,6 +455,7 @@ SCALAR_KEYS = (
     "bcf_rate_code",
     "ipr",
     "contribution_fairness_pearson",
+    "best_reward_accuracy",
 )
 
 
