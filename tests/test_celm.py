@@ -34,6 +34,7 @@ from fedhet.engine.weights import clone_weights
 from fedhet.errors import ConfigError
 from fedhet.experiment import make_simulation
 from fedhet.models import build_model
+from fedhet.models.registry import FedModel
 
 torch.set_num_threads(1)
 
@@ -143,7 +144,6 @@ def test_batched_probe_equals_the_per_class_loop(name, shape, steps, impl):
     torch.manual_seed(3)
     models = [build_model(name, shape, 10) for _ in range(3)]
     states = [m.state_dict() for m in models]
-    before = [clone_weights(s) for s in states]
     kw = dict(steps=steps, lr=0.05, l2=1e-3, init_scale=1.0)
     batched = maximize_class_logits(
         models[0], states, shape, 10, generator=probe_generator(0, 1), impl=impl, **kw
@@ -160,10 +160,51 @@ def test_batched_probe_equals_the_per_class_loop(name, shape, steps, impl):
             [m.eval()(noise[i])[torch.arange(10), torch.arange(10)] for i, m in enumerate(models)]
         )
     assert bool((batched > start).all())
-    for s, b in zip(states, before, strict=True):
-        for k in s:
-            assert torch.equal(s[k], b[k])
-    assert all(p.grad is None for m in models for p in m.parameters())
+
+
+class LinearModel(FedModel):
+    """s(x) = W·flatten(x) + b: its probe has a closed form (the implementations share nothing with it)."""
+
+    def __init__(self, inputs: int, classes: int) -> None:
+        super().__init__()
+        self.head = torch.nn.Linear(inputs, classes)
+
+    def features(self, x):
+        return x.flatten(1)
+
+
+class LinearStack(LinearModel):
+    """The same model declaring itself a ReLU stack with no hidden layer (the closed-form gradient path)."""
+
+    def relu_stack_layers(self):
+        return ["head"]
+
+
+@pytest.mark.parametrize(
+    ("model_class", "impl"), [(LinearModel, "vmap"), (LinearModel, "loop"), (LinearStack, "batched")]
+)
+def test_the_probe_of_a_linear_model_reaches_the_closed_form(model_class, impl):
+    """max_x w_c·x + b_c − λ‖x‖² is at x* = w_c/(2λ), where s* = ‖w_c‖²/(2λ) + b_c: a wrong sign or factor
+    on λ, a wrong class index or a mutated weight gives another value."""
+    torch.manual_seed(0)
+    model = model_class(4, 3)
+    with torch.no_grad():
+        model.head.weight.mul_(4.0)
+    l2 = 0.5
+    got = maximize_class_logits(
+        model,
+        [model.state_dict()],
+        (1, 2, 2),
+        3,
+        steps=2000,
+        lr=0.05,
+        l2=l2,
+        generator=torch.Generator().manual_seed(1),
+        impl=impl,
+    )[0]
+    w, b = model.head.weight.detach(), model.head.bias.detach()
+    torch.testing.assert_close(got, (w * w).sum(1) / (2 * l2) + b, rtol=1e-4, atol=1e-4)
+    assert torch.equal(model.head.weight.detach(), w)  # the probe did not move the weights
 
 
 def test_probe_is_deterministic_in_seed_and_round():
@@ -332,6 +373,40 @@ def test_weights_freeze_after_warmup_and_aggregation_uses_them(tmp_path):
             torch.testing.assert_close(globals_after[rnd - 1][key], value, rtol=1e-5, atol=1e-6)
     assert len(strategy.evidence) == 2
     assert strategy.evidence[0]["raw"].shape == (3, 10)
+
+
+@needs_fashion
+def test_the_recorded_evidence_recomputes_the_weights_and_the_baseline_is_the_previous_global_probe(tmp_path):
+    """The weights of every warm-up round, recomputed from the run's records with the formulas written out
+    again; the baseline row, re-probed from the global model of the round before (the loop reference)."""
+    cfg = small_config(warmup_fraction=0.75)  # T_w = 3 of 4 rounds
+    sim, _, globals_after, _, initial = _run_recorded(cfg, run_dir=tmp_path / "run")
+    lines = {
+        ln["round"]: ln
+        for ln in map(json.loads, (tmp_path / "run" / "metrics.jsonl").read_text().splitlines())
+    }
+    evidence = json.loads((tmp_path / "run" / "records.json").read_text())["celm"]["evidence"]
+    assert [e["round"] for e in evidence] == [1, 2, 3]
+    c = np.full(3, 1 / 3)
+    for e in evidence:
+        raw, top = np.array(e["raw"]), np.array(e["global"])
+        q = np.maximum(raw - top.mean(), 0.0)  # b = the mean over classes of the global model's logits
+        r = q / (q.sum(axis=0) + 1e-8)
+        c_bar = r.mean(axis=1) / r.mean(axis=1).sum()
+        c = 0.5 * c + 0.5 * c_bar
+        np.testing.assert_allclose(lines[e["round"]]["contributions"], c, rtol=1e-9)
+        previous = initial if e["round"] == 1 else globals_after[e["round"] - 2]
+        reprobed = maximize_class_logits(
+            sim.strategy.model,
+            [previous],
+            (1, 28, 28),
+            10,
+            steps=10,
+            generator=probe_generator(0, e["round"]),
+            impl="loop",
+        )[0]
+        np.testing.assert_allclose(top, reprobed.double().numpy(), rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(lines[4]["contributions"], c)  # frozen after warm-up
 
 
 @needs_fashion

@@ -245,3 +245,11 @@ def test_start_weights_overlay_delta_and_protocol_errors():
         start_weights(Instruction(weights={"a": torch.zeros(2)}, delta=True), None, keys)
     full = {"a": torch.zeros(2), "b": torch.zeros(2)}
     assert start_weights(Instruction(weights=full), kept, keys) is full
+
+
+def test_the_best_participants_reward_accuracy_is_the_maximum_of_the_rewards(tmp_path):
+    cfg = small_config(train__rounds=2)
+    cfg.eval.fairness = False
+    make_simulation(cfg, run_dir=tmp_path / "r").run()
+    for line in map(json.loads, (tmp_path / "r" / "metrics.jsonl").read_text().splitlines()):
+        assert line["best_reward_accuracy"] == max(line["rewards"])  # FedAvg's local-model rewards

@@ -546,3 +546,87 @@ def test_shapfed_paper_shapley_variants_run_end_to_end(contribution):
     assert c.shape == (4,) and np.all(c >= 0) and c.sum() == pytest.approx(1.0)
     assert math.isfinite(summary["final"]["accuracy"])
     assert_mirrors_match_clients(sim)
+
+
+# --------------------------------------------------------------------------------------------------------
+# The 'global' protocol (CELM's tables) and ShapFed's normalisation of γ
+# --------------------------------------------------------------------------------------------------------
+def test_shapfed_normalised_weights_known_answers():
+    from fedhet.algorithms.shapfed import normalised_weights
+
+    gamma = np.array([0.6, -0.2, 0.6])
+    np.testing.assert_allclose(
+        normalised_weights(gamma, "sum"), [0.6, -0.2, 0.6]
+    )  # Σγ = 1: γ/Σγ, negatives kept
+    np.testing.assert_allclose(normalised_weights(gamma, "clip"), [0.5, 0.0, 0.5])
+    e = np.exp(gamma)
+    np.testing.assert_allclose(normalised_weights(gamma, "softmax"), e / e.sum())
+    np.testing.assert_allclose(
+        normalised_weights(np.array([-1.0, 0.5]), "sum"), [0.5, 0.5]
+    )  # Σγ ≤ 0: uniform
+
+
+def test_shapfed_negative_gamma_weights_the_aggregate_by_default_and_clip_zeroes_it():
+    """Three clients; client 1's class-0 head row points against the others', so its γ is negative:
+    γ/Σγ (the paper and code) gives it a negative weight, 'clip' gives it none. Cosines in numpy."""
+    g = {  # class-wise "gradients" g = −Δ: rows (class 0, class 1) of the head weight; biases 0
+        0: [[1.0, 0, 0], [0, 1.0, 0]],
+        1: [[-1.0, 0, 0], [0, 1.0, 1.0]],
+        2: [[1.0, 0, 0], [0, 1.0, 0]],
+    }
+    gamma = []
+    for cid in range(3):
+        cos = []
+        for c in range(2):
+            full = np.mean([np.array(g[j][c] + [0.0]) for j in range(3)], axis=0)
+            v = np.array(g[cid][c] + [0.0])
+            cos.append(v @ full / np.linalg.norm(v) / np.linalg.norm(full))
+        gamma.append(np.mean(cos))
+    gamma = np.array(gamma)
+    assert gamma[1] < 0 < gamma[0]
+    for mode, expected in (
+        ("sum", gamma / gamma.sum()),
+        ("clip", np.clip(gamma, 0, None) / np.clip(gamma, 0, None).sum()),
+    ):
+        s = ShapFed(score_weights=mode)
+        tiny_setup(s, [1, 1, 1])
+        s.configure(1, [0, 1, 2])
+        s.aggregate(1, {c: reply(update([[-x for x in row] for row in g[c]], [0.0, 0.0])) for c in range(3)})
+        np.testing.assert_allclose(s.gamma, gamma)
+        np.testing.assert_allclose(s.contributions(), expected)
+        # ShapFed-WA: the global model is Σ_i w_i (w_init + Δ_i) with those weights
+        deltas = np.stack([-np.array(g[c]) for c in range(3)])
+        np.testing.assert_allclose(
+            s.model.head.weight.detach().numpy(), np.tensordot(expected, deltas, 1), atol=1e-6
+        )
+
+
+@pytest.mark.parametrize("method", ["shapfed", "cffl", "cgsv", "iafl"])
+def test_the_global_protocol_restarts_every_client_from_the_global_model(method):
+    s = build_strategy(method, {"protocol": "global"})
+    tiny_setup(s, [3, 2, 1], score=lambda m: 0.5 + float(m.head.bias[0].detach()))
+    assert not s.has_rewards() and s.reward_model(0) is None
+    ups = {0: update([[0.1, 0, 0], [0, 0, 0]], [0.01, 0]), 1: update([[0, 0.2, 0], [0, 0, 0]], [0, 0.02])}
+    for rnd in (1, 2):
+        before = {k: v.clone() for k, v in s.model.state_dict().items()}
+        instructions = s.configure(rnd, [0, 1])
+        for ins in instructions.values():  # the full global model, never a reward delta
+            assert not ins.delta and all(torch.equal(ins.weights[k], before[k]) for k in before)
+        s.aggregate(rnd, {c: reply(u) for c, u in ups.items()})
+        assert s.pending == {}  # no reward is owed to anyone
+    assert not all(torch.equal(before[k], v) for k, v in s.model.state_dict().items())  # the global moved
+
+
+def test_cffl_global_protocol_aggregates_the_reputable_uploads_into_the_global_model():
+    s = tiny_setup(
+        CFFL(upload_fraction=1.0, update_clip=None, protocol="global"),
+        [200, 100, 100],
+        score=lambda m: 0.5 + float(m.head.bias[0].detach()),
+    )
+    u0 = update([[0.01, 0.0, 0.0], [0.0, 0.0, 0.0]], [0.4, 0.0])
+    u1 = update([[0.0, 0.02, 0.0], [0.0, 0.0, 0.0]], [0.1, 0.0])
+    u2 = update([[0.0, 0.0, 0.0], [0.0, 0.0, 0.0]], [-0.47, 0.0])
+    s.configure(1, [0, 1, 2])
+    s.aggregate(1, {0: reply(u0), 1: reply(u1), 2: reply(u2)})
+    assert s.reputable == [0, 1]  # client 2's upload scored 0.03: it left R
+    torch.testing.assert_close(s.model.head.bias.detach(), 0.5 * u0["head.bias"] + 0.25 * u1["head.bias"])

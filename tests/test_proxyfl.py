@@ -349,3 +349,99 @@ def test_config_files_parse_and_build_their_strategy(path):
     cfg = load_config(path)
     assert cfg.data.split == "labeled-unlabeled"
     build_strategy(cfg.method.name, cfg.method.params)
+
+
+# -- the paper's and the code's GPT differ; the strategy runs Q epochs -------------------------------------
+def test_gpt_loss_asymmetric_case_tells_the_directions_apart():
+    """One client, two classes, 1-D proxies: Ω_G = (0, 2), ω = (1, 0). The code compares each local proxy with
+    every global one, the paper each global proxy with the client's local ones; worked out by hand."""
+    global_proxies = torch.tensor([[0.0], [2.0]])
+    local = torch.tensor([[[1.0], [0.0]]])
+    ce = lambda d, c: d[c] + math.log(sum(math.exp(-v) for v in d))  # noqa: E731  CE(−D, c)
+    code = (ce([1, 1], 0) + ce([0, 2], 1)) / 2  # D_c = (|1 − 0|, |1 − 2|), (|0 − 0|, |0 − 2|)
+    paper = (ce([1, 0], 0) + ce([1, 2], 1)) / 2  # D_c = (|0 − 1|, |0 − 0|), (|2 − 1|, |2 − 0|)
+    assert abs(code - paper) > 0.05
+    assert float(gpt_loss(global_proxies, local, 0.0, "code")) == pytest.approx(code)
+    assert float(gpt_loss(global_proxies, local, 0.0, "paper")) == pytest.approx(paper)
+    margin = (ce([1.5, 1], 0) + ce([0, 2.5], 1)) / 2  # δ = 0.5 on the true class
+    assert float(gpt_loss(global_proxies, local, 0.5, "code")) == pytest.approx(margin)
+
+
+def test_the_paper_direction_has_no_margin_unless_asked():
+    assert build_strategy("proxyfl", {}).gpt_margin is False
+    assert build_strategy("proxyfl", {"gpt_direction": "code"}).gpt_margin is True
+    assert build_strategy("proxyfl", {"gpt_margin": True}).gpt_margin is True
+    local = outlier_proxies()
+    tuned = global_proxy_tuning(
+        local.mean(0), local, epochs=2, use_margin=False, rng=np.random.default_rng(0)
+    )
+    assert tuned.margin == 0.0
+    assert tuned.loss_before == pytest.approx(float(gpt_loss(local.mean(0), local, 0.0, "paper")))
+
+
+def test_the_strategy_runs_gpt_for_gpt_epochs_over_the_uploaded_proxies():
+    sim = make_simulation(tiny_config(gpt_epochs=3, gpt_batch_size=4))
+    sim.setup()
+    strategy = sim.strategy
+    aggregate_round(strategy, 1, fake_replies(strategy.model, 10))
+    # 2 clients × 10 classes = 20 proxies in batches of 4 -> 5 steps per epoch, Q = 3 epochs
+    assert strategy.round_metrics(1)["gpt_steps"] == 3 * 5
+
+
+# -- one local step with a stub teacher: class counts and ICPL's inputs ----------------------------------
+class StubTeacher(torch.nn.Module):
+    """A frozen 'global model' whose probabilities the test computes itself: logits_j = 40·x̄·(j − 4.5), so
+    the confidence varies with the image's mean."""
+
+    def forward(self, x):
+        return 40.0 * x.flatten(1).mean(1, keepdim=True) * (torch.arange(10.0) - 4.5)
+
+
+def test_one_proxyfl_step_counts_classes_and_feeds_icpl_the_global_models_view(monkeypatch):
+    import fedhet.algorithms.proxyfl as proxyfl_module
+    from fedhet.algorithms.fixmatch import SemiSupervisedBatch
+    from support import prepared_update
+
+    sim = make_simulation(tiny_config(threshold=0.5))
+    sim.setup()
+    ins = sim.strategy.configure(1, [0])[0]
+    prior = torch.tensor([0.05, 0.05, 0.3, 0.1, 0.1, 0.1, 0.1, 0.1, 0.05, 0.05])
+    ins.payload["proxyfl.prior"] = prior
+    trainer = sim.trainer
+    u = prepared_update(trainer, sim.work_model, sim.fed.clients[0], ins, sim.cfg.train)
+    u.scratch.teacher = StubTeacher()
+    gen = torch.Generator().manual_seed(3)
+    x, weak = torch.randn(4, 1, 28, 28, generator=gen), torch.randn(6, 1, 28, 28, generator=gen)
+    labels = torch.tensor([1, 1, 7, 2])
+    batch = SemiSupervisedBatch(
+        labeled=x,
+        labels=labels,
+        weak=weak,
+        strong=weak + 0.1,
+        unlabeled_truth=torch.zeros(6, dtype=torch.long),
+        last_epoch=True,
+    )
+    seen = {}
+    real = proxyfl_module.icpl_loss
+
+    def capture(embeddings, proxies, probs, confident, candidates, num_labeled):
+        seen.update(probs=probs, confident=confident, candidates=candidates, num_labeled=num_labeled)
+        return real(embeddings, proxies, probs, confident, candidates, num_labeled)
+
+    monkeypatch.setattr(proxyfl_module, "icpl_loss", capture)
+    trainer.loss(u, batch)
+    teacher = StubTeacher()
+    p_x, p_u = torch.softmax(teacher(x), 1), torch.softmax(teacher(weak), 1)
+    # q = [p_x^G; p_u^G; p_u^G] (the global model's view of the labeled rows, not their labels)
+    torch.testing.assert_close(seen["probs"], torch.cat([p_x, p_u, p_u]))
+    # ξ = {c : q(c) > π(c)} with the server's prior, not the top-1 class
+    torch.testing.assert_close(seen["candidates"], torch.cat([p_x, p_u, p_u]) > prior)
+    m_local = torch.softmax(sim.work_model.eval()(weak), 1).max(1).values >= 0.5
+    mask = (p_u.max(1).values >= 0.5) | m_local
+    torch.testing.assert_close(seen["confident"], torch.cat([p_x.max(1).values >= 0.5, mask, mask]))
+    assert seen["num_labeled"] == 4
+    # class counts: the labeled labels, plus the global pseudo-labels of the unlabeled samples that pass
+    expected = torch.bincount(labels, minlength=10).double()
+    expected += torch.bincount(p_u.argmax(1)[mask], minlength=10).double()
+    torch.testing.assert_close(u.scratch.class_counts, expected)
+    assert bool(mask.any()) and not bool(mask.all())  # the case exercises both branches

@@ -61,3 +61,38 @@ def test_reproduce_runs_rows_and_reports_differences(tmp_path, capsys):
     assert not offline["available"] and not svhn["available"] and "svhn" in svhn["note"]
     md = (out / "reproduce.md").read_text()
     assert f"Δ {ours - 50.0:+.2f}" in md and "not run" in md
+
+
+def test_method_params_of_a_table_and_a_row_reach_the_runs(tmp_path, capsys):
+    cfg = tmp_path / "small.toml"
+    cfg.write_text(
+        "[data]\ndataset = 'fashion-mnist'\nsplit = 'iid'\nclients = 3\nmax_train_samples = 900\n"
+        "max_test_samples = 300\n[train]\nrounds = 1\n[eval]\nfairness = false\n"
+    )
+    spec = tmp_path / "table.toml"
+    spec.write_text(
+        "title = 'toy'\nmetric = 'accuracy'\nseeds = 1\nmethods = ['fedavg', 'cgsv']\n"
+        "[method_params]\ncgsv = { protocol = 'global' }\n"
+        "[[rows]]\nname = 'table params'\nconfig = 'small.toml'\n"
+        "[[rows]]\nname = 'row params'\nconfig = 'small.toml'\n"
+        "method_params = { fedavg = { weighting = 'uniform' } }\n"
+    )
+    loaded = load_spec(str(spec))
+    assert loaded.method_params == {"cgsv": {"protocol": "global"}}
+    assert loaded.rows[1].method_params == {"fedavg": {"weighting": "uniform"}}
+    out = tmp_path / "out"
+    assert main(["reproduce", str(spec), "--out", str(out), "--json", "--quiet"]) == 0
+    first, second = json.loads(capsys.readouterr().out.strip().splitlines()[-1])["results"]
+    from fedhet.config import load_config
+
+    cgsv = load_config(f"{first['run_dir']}/cgsv-seed0/config.toml")
+    assert cgsv.method.params == {"protocol": "global"}
+    fedavg = load_config(f"{second['run_dir']}/fedavg-seed0/config.toml")
+    assert fedavg.method.params == {"weighting": "uniform"} and second["run_dir"] != first["run_dir"]
+    bad = tmp_path / "bad.toml"
+    bad.write_text(
+        "title = 'x'\nmethods = ['fedavg']\nmethod_params = { fedavg = 3 }\n"
+        "[[rows]]\nname = 'r'\nconfig = 'small.toml'\n"
+    )
+    with pytest.raises(Exception, match="method_params"):
+        load_spec(str(bad))

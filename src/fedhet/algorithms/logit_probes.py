@@ -139,6 +139,8 @@ def maximize_logits_mlp(
         grad = head_w  # (M, K, H): the probe of class c starts from the head's row w_c
         for (w, _), on in zip(reversed(hidden), reversed(active), strict=True):
             grad = torch.bmm(grad * on, w)
+        if grad is head_w:  # no hidden layer: the ascent gradient below works in place, keep the weights
+            grad = head_w.clone()
         opt.step(_ascent_gradient(grad, x, l2))
     h, _ = hidden_forward(x)
     logits = torch.baddbmm(head_b.unsqueeze(1), h, head_w.transpose(1, 2))  # (M, K probes, K classes)

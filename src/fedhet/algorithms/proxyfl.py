@@ -400,7 +400,10 @@ class ProxyFL(FixMatchGPL):
             with torch.no_grad():
                 head.weight.copy_(result.proxies)
             record.update(
-                gpt_margin=result.margin, gpt_loss_before=result.loss_before, gpt_loss_after=result.loss_after
+                gpt_margin=result.margin,
+                gpt_loss_before=result.loss_before,
+                gpt_loss_after=result.loss_after,
+                gpt_steps=result.steps,
             )
         counts = self._class_counts(rnd, replies)
         if counts is not None:
