@@ -15,7 +15,7 @@ from fedhet.engine.boundary import check_description, check_reply
 from fedhet.engine.client import start_weights
 from fedhet.engine.protocol import Instruction, Reply
 from fedhet.engine.rounds import learning_rate, sample_clients
-from fedhet.errors import ClientUpdateError, ProtocolError
+from fedhet.errors import ClientUpdateError, ConfigError, ProtocolError
 from fedhet.experiment import make_simulation, standalone_accuracies
 
 torch.set_num_threads(1)
@@ -253,3 +253,24 @@ def test_the_best_participants_reward_accuracy_is_the_maximum_of_the_rewards(tmp
     make_simulation(cfg, run_dir=tmp_path / "r").run()
     for line in map(json.loads, (tmp_path / "r" / "metrics.jsonl").read_text().splitlines()):
         assert line["best_reward_accuracy"] == max(line["rewards"])  # FedAvg's local-model rewards
+
+
+def test_a_run_can_start_from_another_runs_final_global_model(tmp_path):
+    cfg = small_config(train__rounds=2)
+    cfg.eval.fairness = False
+    first = make_simulation(cfg, run_dir=tmp_path / "a-seed0")
+    first.run()
+    final = {k: v.clone() for k, v in first.strategy.model.state_dict().items()}
+    warm = small_config(train__rounds=1)
+    warm.eval.fairness = False
+    warm.model.init_from = str(tmp_path / "a-seed{seed}")  # one warm start per seed
+    sim = make_simulation(warm)
+    sim.setup()
+    assert all(torch.equal(sim.info.model.state_dict()[k], v) for k, v in final.items())
+    warm.model.init_from = str(tmp_path / "missing")
+    with pytest.raises(ConfigError, match="holds no checkpoint"):
+        make_simulation(warm).setup()
+    warm.model.init_from = str(tmp_path / "a-seed0")
+    warm.model.params = {"hidden_sizes": [16]}
+    with pytest.raises(ConfigError, match="same model"):
+        make_simulation(warm).setup()

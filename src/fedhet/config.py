@@ -40,6 +40,8 @@ class DataConfig:
 class ModelConfig:
     name: str = "mlp"
     params: dict[str, Any] = field(default_factory=dict)
+    #: Start from another run's final global model (its run directory) instead of the seeded initial one.
+    init_from: str | None = None
 
 
 @dataclass

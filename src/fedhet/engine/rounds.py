@@ -69,6 +69,34 @@ def sample_clients(cfg: ExperimentConfig, rnd: int) -> list[int]:
     return sorted(int(c) for c in derived_rng(cfg.seed, "sampling", rnd).choice(n, k, replace=False))
 
 
+def warm_start_weights(run_dir: str | os.PathLike, model: nn.Module) -> dict[str, Tensor]:
+    """The final global model of the run in ``run_dir`` (its latest checkpoint), checked against ``model``
+    (``model.init_from``: e.g. the labeled-only warm start of the gated FSSL protocol)."""
+    path = ckpt.latest_checkpoint(run_dir)
+    if not Path(run_dir).is_dir() or path is None:
+        raise ConfigError(
+            f"model.init_from={str(run_dir)!r} holds no checkpoint; point it at a finished run directory "
+            "(run it first, with eval.checkpoint_every >= 0: the last round is always saved)"
+        )
+    if not (Path(run_dir) / "summary.json").is_file():
+        log.warning(
+            "model.init_from: %s has not finished; starting from its checkpoint %s", run_dir, path.name
+        )
+    weights = ckpt.load_checkpoint(path)["strategy"].get("model")
+    expected = model.state_dict()
+    if not isinstance(weights, dict) or set(weights) != set(expected):
+        raise ConfigError(
+            f"model.init_from={str(run_dir)!r}: its model has other parameters than this run's "
+            f"{type(model).__name__}; use a run of the same model.name and model.params"
+        )
+    wrong = [k for k in expected if tuple(weights[k].shape) != tuple(expected[k].shape)]
+    if wrong:
+        raise ConfigError(
+            f"model.init_from={str(run_dir)!r}: shapes differ for {wrong[:3]}; use a run of the same model"
+        )
+    return {k: v.to(expected[k].device, expected[k].dtype) for k, v in weights.items()}
+
+
 # --------------------------------------------------------------------------------------------------------
 # Transports
 # --------------------------------------------------------------------------------------------------------
@@ -149,6 +177,8 @@ class RoundLoop:
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(model_seed(cfg.seed))
             model = self.model_factory()
+        if cfg.model.init_from:  # "{seed}" in the path: one warm start per seed
+            model.load_state_dict(warm_start_weights(cfg.model.init_from.format(seed=cfg.seed), model))
         #: A model of the run's architecture, whose state dict every reply is checked against.
         self.template = self.model_factory()
         self.rare_classes = list(self.fed.info.get("rare_classes", [])) or None
