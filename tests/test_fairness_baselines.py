@@ -5,6 +5,7 @@ clients, checkpoint/resume, fairness reporting and the shipped config files."""
 from __future__ import annotations
 
 import json
+import logging
 import math
 import shutil
 from pathlib import Path
@@ -566,9 +567,10 @@ def test_shapfed_normalised_weights_known_answers():
     )  # Σγ ≤ 0: uniform
 
 
-def test_shapfed_negative_gamma_weights_the_aggregate_by_default_and_clip_zeroes_it():
+def test_shapfed_negative_gamma_weights_the_aggregate_by_default_and_clip_zeroes_it(caplog):
     """Three clients; client 1's class-0 head row points against the others', so its γ is negative:
-    γ/Σγ (the paper and code) gives it a negative weight, 'clip' gives it none. Cosines in numpy."""
+    γ/Σγ (the paper and code) gives it a negative weight, and a warning names the fix; 'clip' gives it
+    none. Cosines in numpy."""
     g = {  # class-wise "gradients" g = −Δ: rows (class 0, class 1) of the head weight; biases 0
         0: [[1.0, 0, 0], [0, 1.0, 0]],
         1: [[-1.0, 0, 0], [0, 1.0, 1.0]],
@@ -590,15 +592,22 @@ def test_shapfed_negative_gamma_weights_the_aggregate_by_default_and_clip_zeroes
     ):
         s = ShapFed(score_weights=mode)
         tiny_setup(s, [1, 1, 1])
-        s.configure(1, [0, 1, 2])
-        s.aggregate(1, {c: reply(update([[-x for x in row] for row in g[c]], [0.0, 0.0])) for c in range(3)})
-        np.testing.assert_allclose(s.gamma, gamma)
-        np.testing.assert_allclose(s.contributions(), expected)
-        # ShapFed-WA: the global model is Σ_i w_i (w_init + Δ_i) with those weights
+        caplog.clear()
+        ups = {c: reply(update([[-x for x in row] for row in g[c]], [0.0, 0.0])) for c in range(3)}
+        with caplog.at_level(logging.WARNING, logger="fedhet"):
+            s.configure(1, [0, 1, 2])
+            s.aggregate(1, ups)
+            np.testing.assert_allclose(s.gamma, gamma)
+            np.testing.assert_allclose(s.contributions(), expected)
+            head = s.model.head.weight.detach().numpy().copy()
+            s.configure(2, [0, 1, 2])
+            s.aggregate(2, ups)  # the warning comes once per run
+        warnings = [r.getMessage() for r in caplog.records if "left the simplex" in r.getMessage()]
+        assert len(warnings) == (1 if mode == "sum" else 0)
+        assert mode == "clip" or "score_weights=clip" in warnings[0]
+        # ShapFed-WA: the round-1 global model is Σ_i w_i (w_init + Δ_i) with those weights
         deltas = np.stack([-np.array(g[c]) for c in range(3)])
-        np.testing.assert_allclose(
-            s.model.head.weight.detach().numpy(), np.tensordot(expected, deltas, 1), atol=1e-6
-        )
+        np.testing.assert_allclose(head, np.tensordot(expected, deltas, 1), atol=1e-6)
 
 
 @pytest.mark.parametrize("method", ["shapfed", "cffl", "cgsv", "iafl"])

@@ -37,6 +37,7 @@ coalitions and aggregate) and still receive the personalisation step; ``first_ro
 
 from __future__ import annotations
 
+import logging
 import math
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -56,6 +57,8 @@ REWARD_SCALES = ("max", "sum")
 SCORE_WEIGHTS = ("sum", "clip", "softmax")
 #: 2^14 coalitions × K classes × (D+1) head entries stays well under a gigabyte for fedhet's heads.
 EXACT_LIMIT = 14
+
+log = logging.getLogger("fedhet")
 
 
 def class_vectors(head_update: Mapping[str, Tensor], weight_key: str, bias_key: str | None) -> Tensor:
@@ -211,6 +214,7 @@ class ShapFed(OwnModelStrategy):
         self.class_scores = np.zeros((n, info.num_classes))
         self.weights = np.full(n, 1.0 / n)
         self.mixing = np.full(n, 1.0 / n)
+        self._warned_off_simplex = False
 
     def client_config(self, rnd: int, cid: int) -> dict[str, Any]:
         cfg: dict[str, Any] = {"local_update": "keep"}
@@ -253,6 +257,7 @@ class ShapFed(OwnModelStrategy):
                     self.gamma[cid] = s[row].mean()
                     self.scored[cid] = True
             self.weights = normalised_weights(self.gamma, self.score_weights)
+            self._warn_off_simplex(rnd)
             if self.aggregation == "shapley":
                 self.mixing = self.weights.copy()
             elif self.aggregation == "uniform":
@@ -271,6 +276,20 @@ class ShapFed(OwnModelStrategy):
             self.give_reward(
                 cid, personalise(self.client_models[cid], global_sd, float(coef[cid]), self.float_keys)
             )
+
+    def _warn_off_simplex(self, rnd: int) -> None:
+        """Say once per run when γ/Σγ leaves the simplex: a negative weight, the start of a divergence."""
+        if self._warned_off_simplex or float(self.weights.min()) >= 0.0:
+            return
+        self._warned_off_simplex = True
+        log.warning(
+            "round %d: ShapFed's weights γ/Σγ left the simplex (min %.3g, max %.3g): some γ are negative, and "
+            "as Σγ shrinks the aggregate can diverge (measured under strong label skew, docs/baselines.md). "
+            "--set method.params.score_weights=clip or =softmax keeps the weights on the simplex",
+            rnd,
+            float(self.weights.min()),
+            float(self.weights.max()),
+        )
 
     def reward_coefficients(self) -> np.ndarray:
         """c_i in [0, 1] of the personalisation: γ_i/max γ ('max', paper) or the mixing weight ('sum')."""
