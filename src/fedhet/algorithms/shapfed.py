@@ -283,9 +283,9 @@ class ShapFed(OwnModelStrategy):
             return
         self._warned_off_simplex = True
         log.warning(
-            "round %d: ShapFed's weights γ/Σγ left the simplex (min %.3g, max %.3g): some γ are negative, and "
-            "as Σγ shrinks the aggregate can diverge (measured under strong label skew, docs/baselines.md). "
-            "--set method.params.score_weights=clip or =softmax keeps the weights on the simplex",
+            "round %d: ShapFed's weights γ/Σγ left the simplex (min %.3g, max %.3g): some γ are negative,"
+            " and as Σγ shrinks the aggregate can diverge (measured under strong label skew, see"
+            " docs/baselines.md). --set method.params.score_weights=clip or =softmax keeps them on it",
             rnd,
             float(self.weights.min()),
             float(self.weights.max()),
