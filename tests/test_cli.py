@@ -102,6 +102,11 @@ def test_compare_json_rows_and_report(tmp_path, capsys):
         ["report", str(out / "fedavg-seed0"), str(out / "standalone-seed1"), "--out", str(tmp_path / "r.md")]
     )
     assert rc == 0 and "fedavg" in (tmp_path / "r.md").read_text()
+    # a report whose name has spaces keeps working figure links (angle brackets around the target)
+    rc = main(["report", str(out / "fedavg-seed0"), "--out", str(tmp_path / "my report.md")])
+    text = (tmp_path / "my report.md").read_text()
+    assert rc == 0 and "](<my report_figures/accuracy.png>)" in text
+    assert (tmp_path / "my report_figures" / "accuracy.png").is_file()
 
 
 def test_partition_json_matches_cla_rule(capsys):
@@ -124,6 +129,36 @@ def test_partition_json_matches_cla_rule(capsys):
     assert d["sizes"] == [2000] * 10
     for i, row in enumerate(d["counts"]):
         assert [c > 0 for c in row] == [k <= i for k in range(10)]
+
+
+def test_partition_shows_exactly_the_split_a_run_trains_on(tmp_path, capsys):
+    """Same flags and seed: `fedhet partition` prints the class counts the run records in partition.json,
+    including the seeded training subset and the validation hold-out taken before splitting."""
+    flags = ["--dataset", "fashion-mnist", "--split", "dirichlet-per-client", "--clients", "4", "--seed", "3"]
+    flags += ["--set", "data.split_params.alpha=0.3", "--set", "data.validation_fraction=0.2"]
+    flags += ["--set", "data.max_train_samples=1500"]
+    rc = main(
+        [
+            "run",
+            *flags,
+            "--rounds",
+            "1",
+            "--set",
+            "eval.fairness=false",
+            "--quiet",
+            "--out",
+            str(tmp_path / "r"),
+        ]
+    )
+    assert rc == 0
+    recorded = json.loads((tmp_path / "r" / "partition.json").read_text())
+    capsys.readouterr()
+    assert main(["partition", *flags, "--json"]) == 0
+    shown = _json_out(capsys)
+    assert shown["counts"] == recorded["counts"] and shown["sizes"] == recorded["sizes"]
+    assert sum(shown["sizes"]) == 1200  # 1,500 drawn, 20 % held out for validation
+    assert main(["partition", *flags[:-2], "--json"]) == 0  # all 60,000 samples: a different split
+    assert _json_out(capsys)["counts"] != recorded["counts"]
 
 
 def test_datasets_json_reports_offline_data(capsys):
@@ -209,3 +244,32 @@ def test_run_rejects_a_bad_method_before_any_work(tmp_path, capsys, flags, messa
     err = capsys.readouterr().err
     assert rc == 2 and message in err
     assert "round 0/1" not in err and not (tmp_path / "r").exists()  # no progress bar, no run directory
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (
+            ["compare", "--methods", "fedavg", "--seed-list", "1,x"],
+            "--seed-list '1,x' must be comma-separated",
+        ),
+        (["compare", "--methods", "fedavg", "--seeds", "0"], "--seeds 0: give a number of seeds >= 1"),
+        (["run", "--out", "{tmp}/afile"], "afile is a file; pass a directory"),
+        (["compare", "--methods", "fedavg", "--out", "{tmp}/afile"], "afile is a file; pass a directory"),
+        (["report", "{tmp}", "--out", "{tmp}"], "is a directory; pass a file name"),
+        (["run", "--set", "train.lr=inf"], "train.lr=inf must be a finite number"),
+        # one client of 2,000 samples: ⌈2000/64⌉ = 32 batches, so one step is 1/32 = 0.03125 epochs
+        (
+            ["run", "--set", "train.local_epochs=0.0001"],
+            "2000 samples (batch 64) 0 local steps; use train.local_epochs >= 0.0312",
+        ),
+    ],
+)
+def test_bad_arguments_are_one_line_errors_naming_the_fix(tmp_path, capsys, argv, message):
+    """Each is refused with `fedhet: error: ...` (exit 2), no traceback."""
+    (tmp_path / "afile").write_text("")
+    argv = [a.replace("{tmp}", str(tmp_path)) for a in argv]
+    base = ["--dataset", "fashion-mnist", "--clients", "1", "--rounds", "1", *SMALL]
+    rc = main(argv + (base if argv[0] in ("run", "compare") else []))
+    err = capsys.readouterr().err
+    assert rc == 2 and message in err and "Traceback" not in err

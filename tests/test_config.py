@@ -32,6 +32,16 @@ def test_defaults_round_trip_through_toml(tmp_path):
         ({"eval": {"fairness": "maybe"}}, "eval.fairness"),
         ({"seed": -1}, "seed"),
         ({"data": {"split_params": 3}}, "split_params"),
+        ({"train": {"lr": float("inf")}}, "train.lr=inf must be a finite number"),
+        ({"train": {"weight_decay": float("nan")}}, "train.weight_decay=nan must be a finite number"),
+        ({"train": {"local_epochs": float("inf")}}, "train.local_epochs=inf must be a finite number"),
+        ({"train": {"clients_per_round": float("inf")}}, "train.clients_per_round=inf must be a finite"),
+        ({"train": {"lr_min": -1e-3}}, "train.lr_min=-0.001 must be >= 0"),
+        ({"train": {"lr_decay": -0.5}}, "train.lr_decay=-0.5 must be in (0, 1]"),
+        ({"train": {"lr_decay": 0.0}}, "train.lr_decay=0.0 must be in (0, 1]"),
+        # 2 clients, 95 % dropout: 0.1 replying clients per round on average
+        ({"data": {"clients": 2}, "train": {"client_dropout": 0.95}}, "leaves 0.1 replying clients"),
+        ({"data": {"clients": 10}, "train": {"clients_per_round": 0.2, "client_dropout": 0.6}}, "leaves 0.8"),
     ],
 )
 def test_invalid_values_name_the_field(raw, needle):
@@ -85,3 +95,18 @@ def test_fingerprint_ignores_excluded_keys():
     assert a.fingerprint("train", exclude=("train.device",)) != b.fingerprint(
         "train", exclude=("train.device",)
     )
+
+
+def test_enough_replying_clients_with_dropout_is_accepted():
+    from_dict({"data": {"clients": 10}, "train": {"client_dropout": 0.9}})  # 1.0 replying client per round
+    from_dict({"data": {"clients": 4}, "train": {"clients_per_round": 2, "client_dropout": 0.5}})
+
+
+def test_a_config_that_is_not_utf8_or_is_a_directory_is_a_clear_error(tmp_path):
+    bad = tmp_path / "latin1.toml"
+    bad.write_bytes('[data]\ndataset = "caf\u00e9"\n'.encode("latin-1"))
+    with pytest.raises(ConfigError, match=r"latin1.toml is not UTF-8 text \(byte 21: b'\\xe9'\)"):
+        load_config(bad)
+    (tmp_path / "dir.toml").mkdir()
+    with pytest.raises(ConfigError, match="dir.toml is a directory"):
+        load_config(tmp_path / "dir.toml")

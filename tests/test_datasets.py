@@ -296,6 +296,7 @@ def test_lookup_order_root_then_env_then_subdirectory_first(tmp_path, monkeypatc
 
 def test_missing_dataset_names_every_place_and_the_fix(tmp_path, monkeypatch):
     monkeypatch.setenv("FEDHET_DATA", str(tmp_path / "env"))
+    (tmp_path / "mine").mkdir()
     with pytest.raises(DataError) as info:
         load_dataset("svhn", tmp_path / "mine")
     message = str(info.value)
@@ -461,3 +462,42 @@ def test_dataset_status_with_a_data_root(tmp_path, rng):
     rows = {row["name"]: row for row in dataset_status(tmp_path)}
     assert rows["mnist"]["available"] and rows["mnist"]["location"] == str(tmp_path / "mnist")
     assert rows["svhn"]["looked_in"][:3] == [str(tmp_path / "svhn"), str(tmp_path / "SVHN"), str(tmp_path)]
+
+
+def test_an_explicit_data_root_is_never_passed_over_silently(tmp_path, monkeypatch):
+    """--data-root that does not exist, is a file, or lacks the data set is an error, even when another copy
+    exists ($FEDHET_DATA here): the user asked for that directory."""
+    write_mnist_dir(tmp_path / "env", np.random.default_rng(0))
+    monkeypatch.setenv("FEDHET_DATA", str(tmp_path / "env"))
+    assert len(load_dataset("mnist").train_y) == 20  # found through $FEDHET_DATA without a root
+    with pytest.raises(DataError, match=r"--data-root .*nowhere does not exist"):
+        load_dataset("mnist", tmp_path / "nowhere")
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(DataError, match="is a file, not a directory"):
+        load_dataset("mnist", tmp_path / "file")
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(DataError) as info:
+        load_dataset("mnist", tmp_path / "empty")
+    message = str(info.value)
+    assert "not found under --data-root" in message and f"A copy exists at {tmp_path / 'env'}" in message
+    with pytest.raises(DataError, match="does not exist"):
+        load_dataset("digits", tmp_path / "nowhere")  # even for the built-in set: the flag is a mistake
+
+
+@pytest.mark.parametrize(
+    ("n_test", "shape", "needle"), [(0, 28, "test set holds 0 images"), (5, 20, "(1, 20, 20)")]
+)
+def test_an_empty_test_set_or_wrong_image_shape_is_refused(tmp_path, n_test, shape, needle):
+    rng = np.random.default_rng(0)
+    folder = tmp_path / "mnist"
+    folder.mkdir()
+    for name, array in (
+        ("train-images-idx3-ubyte.gz", rng.integers(0, 256, (10, shape, shape), dtype=np.uint8)),
+        ("train-labels-idx1-ubyte.gz", rng.integers(0, 10, 10, dtype=np.uint8)),
+        ("t10k-images-idx3-ubyte.gz", rng.integers(0, 256, (n_test, shape, shape), dtype=np.uint8)),
+        ("t10k-labels-idx1-ubyte.gz", rng.integers(0, 10, n_test, dtype=np.uint8)),
+    ):
+        write_idx(folder / name, array, compress=True)
+    with pytest.raises(DataError) as info:
+        load_dataset("mnist", tmp_path, cache=False)
+    assert needle in str(info.value)

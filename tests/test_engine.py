@@ -160,6 +160,25 @@ def test_standalone_accuracies_are_cached(tmp_path):
     np.testing.assert_array_equal(first, again)
 
 
+def test_the_standalone_cache_keys_dropout_and_never_stores_a_client_that_did_not_train(tmp_path):
+    from fedhet.experiment import standalone_key
+
+    cfg = small_config()
+    assert standalone_key(cfg) != standalone_key(cfg.copy(train__client_dropout=0.25))  # it changes the result
+    assert standalone_key(cfg) == standalone_key(cfg.copy(train__threads=2))
+    # every update non-finite (lr = 1e9): no accuracy for anyone, nothing cached, a clear error later
+    diverging = cfg.copy(train__lr=1e9, train__rounds=1)
+    acc = standalone_accuracies(diverging)
+    assert acc.shape == (4,) and np.all(np.isnan(acc))
+    assert not list((tmp_path / "cache" / "standalone").glob("*.json"))
+    cfg.train.rounds = 1
+    good = standalone_accuracies(cfg)
+    [cached] = (tmp_path / "cache" / "standalone").glob("*.json")
+    cached.write_text('{"accuracies": [0.5, NaN, 0.5, 0.5]}')  # a poisoned entry (older fedhet) is recomputed
+    np.testing.assert_array_equal(standalone_accuracies(cfg), good)
+    assert "NaN" not in cached.read_text()
+
+
 def test_fedavg_fairness_metrics_use_local_models(tmp_path):
     cfg = small_config()
     cfg.data.split = "cla"

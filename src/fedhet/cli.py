@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from fedhet.errors import FedhetError
+from fedhet.errors import ConfigError, FedhetError
 
 # --------------------------------------------------------------------------------------------------------
 # Shared argument groups
@@ -157,56 +157,57 @@ def cmd_datasets(args: argparse.Namespace) -> int:
 
 def cmd_partition(args: argparse.Namespace) -> int:
     import numpy as np
+    import torch
 
-    from fedhet.config import parse_value
-    from fedhet.data.datasets import load_dataset
-    from fedhet.data.splits import SPLITS, make_partition
+    from fedhet.data.splits import SPLITS
+    from fedhet.engine.simulation import build_federation
 
     if args.list:
         for name, spec in SPLITS.items():
             params = ", ".join(f"{p.name}={p.default!r}" for p in spec.params)
             print(f"{name}: {spec.doc.splitlines()[0] if spec.doc else ''}\n    params: {params or '-'}")
         return 0
-    if not args.dataset or not args.split:
-        raise SystemExit("fedhet partition: --dataset and --split are required (or --list)")
-    params: dict[str, Any] = {}
+    if not args.config and (not args.dataset or not args.split):
+        raise SystemExit("fedhet partition: give a config file, or --dataset and --split (or --list)")
     for item in args.param:
         if "=" not in item:
             raise SystemExit(f"--param {item!r} must look like key=value")
-        k, v = item.split("=", 1)
-        params[k] = parse_value(v)
-    ds = load_dataset(args.dataset, args.data_root)
-    labels = ds.train_y.numpy()
-    part = make_partition(
-        args.split, labels, args.clients, np.random.default_rng(args.seed), params, num_classes=ds.num_classes
-    )
-    counts = part.class_counts(labels, ds.num_classes)
+    args.set = [f"data.split_params.{item}" for item in args.param] + list(args.set)
+    cfg = _build_config(args)
+    # The run's own data path (subset, validation hold-out, seeded split): the same clients exactly.
+    fed = build_federation(cfg, torch.device("cpu"))
+    counts = fed.class_counts
+    ds = fed.dataset
+    sizes = [int(s) for s in fed.sizes]
     if args.plot:
         from fedhet.report.figures import plot_class_counts
 
         plot_class_counts(
             counts,
             args.plot,
-            title=f"{args.dataset} / {args.split} / {args.clients} clients",
+            title=f"{cfg.data.dataset} / {cfg.data.split} / {cfg.data.clients} clients",
             class_names=list(ds.classes),
         )
     if args.json:
-        out: dict[str, Any] = {"sizes": [int(s) for s in part.sizes()], "counts": counts.tolist()}
-        if part.unlabeled is not None:
-            out["unlabeled_sizes"] = [int(len(u)) for u in part.unlabeled]
-        if part.info:
-            out["info"] = {k: (v.tolist() if hasattr(v, "tolist") else v) for k, v in part.info.items()}
+        out: dict[str, Any] = {"sizes": sizes, "counts": np.asarray(counts).tolist()}
+        if any(c.unlabeled_indices is not None for c in fed.clients):
+            out["unlabeled_sizes"] = [
+                int(len(c.unlabeled_indices)) if c.unlabeled_indices is not None else 0 for c in fed.clients
+            ]
+        if fed.info:
+            out["info"] = {k: (v.tolist() if hasattr(v, "tolist") else v) for k, v in fed.info.items()}
         print(json.dumps(out))
         return 0
     from rich.table import Table
 
-    table = Table(title=f"{args.dataset} · {args.split} · {args.clients} clients · seed {args.seed}")
+    d = cfg.data
+    table = Table(title=f"{d.dataset} · {d.split} · {d.clients} clients · seed {cfg.seed}")
     table.add_column("client")
     for c in range(ds.num_classes):
         table.add_column(str(c), justify="right")
     table.add_column("total", justify="right", style="bold")
     for i, row in enumerate(counts):
-        table.add_row(str(i), *[str(int(v)) if v else "·" for v in row], str(int(part.sizes()[i])))
+        table.add_row(str(i), *[str(int(v)) if v else "·" for v in row], str(sizes[i]))
     make_console().print(table)
     if args.plot:
         print(f"heatmap written to {args.plot}")
@@ -234,7 +235,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         cfg = load_config(cfg_path)
     else:
         cfg = _build_config(args)
-        run_dir = Path(args.out) if args.out else _default_run_dir(cfg)
+        run_dir = _writable_dir(Path(args.out) if args.out else _default_run_dir(cfg), "--out")
     strategy = build_strategy(cfg.method.name, cfg.method.params)  # a bad method fails before the bar
     if args.engine == "flower-simulation":
         if args.resume:
@@ -357,8 +358,33 @@ def _parse_method_params(items: list[str], methods: list[str]) -> dict[str, dict
 
 def _seeds(args: argparse.Namespace, base_seed: int) -> list[int]:
     if args.seed_list is not None:
-        return [int(s) for s in args.seed_list.split(",")]
+        items = [s.strip() for s in args.seed_list.split(",")]
+        if not all(s.isdigit() for s in items):
+            raise ConfigError(
+                f"--seed-list {args.seed_list!r} must be comma-separated non-negative integers, e.g. 0,1,2"
+            )
+        return [int(s) for s in items]
+    if args.seeds < 1:
+        raise ConfigError(f"--seeds {args.seeds}: give a number of seeds >= 1")
     return [base_seed + i for i in range(args.seeds)]
+
+
+def _writable_dir(path: Path, flag: str) -> Path:
+    """``path`` as an output directory: not a file, and creatable/writable (checked before any work)."""
+    if path.exists() and not path.is_dir():
+        raise ConfigError(f"{flag} {path} is a file; pass a directory (it is created if missing)")
+    existing = next((p for p in (path, *path.parents) if p.exists()), Path("."))
+    if not existing.is_dir() or not os.access(existing, os.W_OK | os.X_OK):
+        raise ConfigError(f"{flag} {path}: {existing} is not writable; pass a directory you can write to")
+    return path
+
+
+def _writable_file(path: Path, flag: str) -> Path:
+    """``path`` as an output file: not a directory, in a writable directory."""
+    if path.is_dir():
+        raise ConfigError(f"{flag} {path} is a directory; pass a file name, e.g. {path / 'report.md'}")
+    _writable_dir(path.parent if str(path.parent) else Path("."), f"{flag} {path}: its folder")
+    return path
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
@@ -378,7 +404,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     seeds = _seeds(args, base.seed)
     stamp = time.strftime("%Y%m%d-%H%M%S")
     default = Path(base.out or "runs") / f"compare-{base.data.dataset}-{base.data.split}-{stamp}"
-    out_dir = Path(args.out) if args.out else default
+    out_dir = _writable_dir(Path(args.out) if args.out else default, "--out")
     with RunProgress(console, enabled=not args.quiet) as prog:
         results = run_comparison(
             base,
@@ -482,7 +508,7 @@ def cmd_report(args: argparse.Namespace) -> int:
 
         print(fairness_table(find_runs([Path(p) for p in args.run_dirs]), last=args.last))
         return 0
-    out = Path(args.out) if args.out else Path("report.md")
+    out = _writable_file(Path(args.out) if args.out else Path("report.md"), "--out")
     path = write_report([Path(p) for p in args.run_dirs], out, title=args.title)
     print(f"report written to {path}")
     return 0
@@ -507,10 +533,11 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
     if args.rounds is not None:
         overrides.append(f"train.rounds={args.rounds}")
     methods = [m.strip() for m in args.methods.split(",")] if args.methods else None
-    out_dir = (
+    out_dir = _writable_dir(
         Path(args.out)
         if args.out
-        else Path("runs") / f"reproduce-{spec.path.stem}-{time.strftime('%Y%m%d-%H%M%S')}"
+        else Path("runs") / f"reproduce-{spec.path.stem}-{time.strftime('%Y%m%d-%H%M%S')}",
+        "--out",
     )
     with RunProgress(console, enabled=not args.quiet) as prog:
         results = run_spec(
@@ -556,13 +583,19 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_datasets)
 
-    p = sub.add_parser("partition", help="print the client x class matrix of a split")
+    p = sub.add_parser(
+        "partition",
+        help="print the client x class matrix of a split: exactly what `fedhet run` with the same config, "
+        "flags and seed trains on",
+    )
+    p.add_argument("config", nargs="?", help="experiment TOML (its [data] section and seed are used)")
     p.add_argument("--dataset")
     p.add_argument("--split")
     p.add_argument("--param", action="append", default=[], metavar="KEY=VALUE", help="split parameter")
-    p.add_argument("--clients", type=int, default=10)
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--clients", type=int)
+    p.add_argument("--seed", type=int)
     p.add_argument("--data-root", dest="data_root")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="any config key")
     p.add_argument("--plot", metavar="FILE.png", help="save the matrix as a heatmap")
     p.add_argument("--json", action="store_true")
     p.add_argument("--list", action="store_true", help="list the splits and their parameters")

@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import math
 import tomllib
 from dataclasses import dataclass, field, fields
 from pathlib import Path
@@ -176,6 +177,8 @@ def _coerce(section: str, name: str, value: Any, annotation: str) -> Any:
     if base == "float|int":
         if isinstance(value, bool) or not isinstance(value, int | float):
             raise ConfigError(f"{where}={value!r} must be a number")
+        if not math.isfinite(value):
+            raise ConfigError(f"{where}={value!r} must be a finite number")
         return value
     if base == "str|bool":
         if not isinstance(value, str | bool):
@@ -194,6 +197,8 @@ def _coerce(section: str, name: str, value: Any, annotation: str) -> Any:
     if base == "float":
         if isinstance(value, bool) or not isinstance(value, int | float):
             raise ConfigError(f"{where}={value!r} must be a number")
+        if not math.isfinite(value):
+            raise ConfigError(f"{where}={value!r} must be a finite number")
         return float(value)
     if base == "str":
         if not isinstance(value, str):
@@ -237,6 +242,22 @@ def _check_ranges(cfg: ExperimentConfig) -> None:
     need(t.local_steps is None or t.local_steps >= 1, f"train.local_steps={t.local_steps} must be >= 1")
     need(t.batch_size >= 1, f"train.batch_size={t.batch_size} must be >= 1")
     need(t.lr > 0, f"train.lr={t.lr} must be > 0")
+    need(t.lr_min >= 0, f"train.lr_min={t.lr_min} must be >= 0 (the cosine schedule's final learning rate)")
+    need(
+        0.0 < t.lr_decay <= 1.0,
+        f"train.lr_decay={t.lr_decay} must be in (0, 1] (the exponential schedule's factor per round)",
+    )
+    if t.client_dropout > 0:
+        per_round = (
+            t.clients_per_round * d.clients if isinstance(t.clients_per_round, float) else t.clients_per_round
+        )
+        replying = (1.0 - t.client_dropout) * min(per_round, d.clients)
+        need(
+            replying >= 1.0 - 1e-9,  # (1 − 0.9)·10 is 0.9999999999999998
+            f"train.client_dropout={t.client_dropout} with {min(per_round, d.clients):g} clients per round "
+            f"leaves {replying:.2g} replying clients per round on average (fewer than one): most rounds "
+            "would train nothing. Lower train.client_dropout or sample more clients",
+        )
     need(0.0 <= t.momentum < 1.0, f"train.momentum={t.momentum} must be in [0, 1)")
     need(t.weight_decay >= 0, f"train.weight_decay={t.weight_decay} must be >= 0")
     need(t.grad_clip is None or t.grad_clip > 0, f"train.grad_clip={t.grad_clip} must be > 0 (or omitted)")
@@ -286,9 +307,20 @@ def from_dict(raw: dict[str, Any]) -> ExperimentConfig:
 def load_config(path: str | Path) -> ExperimentConfig:
     """Read a TOML experiment file."""
     p = Path(path)
+    if p.is_dir():
+        raise ConfigError(f"config file {p} is a directory; pass a .toml file (see configs/)")
     if not p.is_file():
         raise ConfigError(f"config file {p} does not exist; pass an existing .toml file (see configs/)")
-    return load_config_text(p.read_text(), source=str(p))
+    try:
+        text = p.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise ConfigError(
+            f"config file {p} is not UTF-8 text (byte {exc.start}: "
+            f"{exc.object[exc.start : exc.start + 1]!r}); TOML files must be UTF-8: re-save it as UTF-8"
+        ) from exc
+    except OSError as exc:
+        raise ConfigError(f"config file {p} cannot be read: {exc.strerror}") from exc
+    return load_config_text(text, source=str(p))
 
 
 def load_config_text(text: str, source: str = "the config") -> ExperimentConfig:

@@ -32,9 +32,8 @@ def cache_dir() -> Path:
 # --------------------------------------------------------------------------------------------------------
 def standalone_key(cfg: ExperimentConfig) -> str:
     """Cache key: dataset, split and params, clients, seed, model and the local-training budget."""
-    return cfg.fingerprint(
-        "data", "model", "train", "seed", exclude=("train.device", "train.threads", "train.client_dropout")
-    )
+    # client_dropout stays in the key: the standalone sub-run inherits it, so it changes the result.
+    return cfg.fingerprint("data", "model", "train", "seed", exclude=("train.device", "train.threads"))
 
 
 def _standalone_cache_file(cfg: ExperimentConfig) -> Path:
@@ -57,15 +56,21 @@ def standalone_accuracies(
     """Per-client test accuracy of models trained on each client alone with the run's budget (cached)."""
     path = _standalone_cache_file(cfg)
     if use_cache and path.is_file():
-        return np.array(json.loads(path.read_text())["accuracies"], dtype=np.float64)
+        try:
+            cached = np.array(json.loads(path.read_text())["accuracies"], dtype=np.float64)
+        except (ValueError, KeyError, TypeError):  # torn or foreign file: recompute and overwrite
+            cached = None
+        if cached is not None and cached.shape == (cfg.data.clients,) and np.all(np.isfinite(cached)):
+            return cached
     sub = cfg.copy()
     sub.method.name, sub.method.params = "standalone", {}
     sub.eval.fairness = False
     sub.eval.every = sub.train.rounds
     strategy = build_strategy(sub.method.name, sub.method.params)
     summary = Simulation(sub, strategy, run_dir=None, progress=progress).run()
-    acc = np.array(summary["rewards"], dtype=np.float64)
-    if use_cache:
+    rewards = summary["rewards"]
+    acc = np.full(cfg.data.clients, np.nan) if rewards is None else np.array(rewards, dtype=np.float64)
+    if use_cache and np.all(np.isfinite(acc)):  # a client that never trained must not poison later runs
         store_standalone_accuracies(cfg, acc)
     return acc
 

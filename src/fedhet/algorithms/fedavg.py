@@ -32,7 +32,7 @@ from fedhet.engine.protocol import (
     Weights,
 )
 from fedhet.engine.weights import clone_weights
-from fedhet.errors import ProtocolError
+from fedhet.errors import ConfigError, ProtocolError
 
 
 # --------------------------------------------------------------------------------------------------------
@@ -71,7 +71,14 @@ class SGDTrainer(Trainer):
             return int(cfg.local_steps)
         n = u.data.num_examples
         per_epoch = math.ceil(n / cfg.batch_size) if n else 0
-        return int(round(cfg.local_epochs * per_epoch))
+        steps = int(round(cfg.local_epochs * per_epoch))
+        if per_epoch and not steps:
+            raise ConfigError(
+                f"train.local_epochs={cfg.local_epochs} gives a client with {n} samples (batch "
+                f"{cfg.batch_size}) 0 local steps; use train.local_epochs >= {1 / per_epoch:.3g} (one step) "
+                "or set train.local_steps"
+            )
+        return steps
 
     def batches(self, u: LocalUpdate) -> Iterator[Any]:
         """Minibatches drawn by index, reshuffled each epoch with the client's generator."""

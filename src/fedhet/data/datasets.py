@@ -499,6 +499,14 @@ def _locate(
     return None, None, looked
 
 
+def _is_under(path: Path, top: Path) -> bool:
+    try:
+        Path(os.path.abspath(path)).relative_to(os.path.abspath(top))
+    except ValueError:
+        return False
+    return True
+
+
 def _fix_hint(spec: _Spec) -> str:
     hint = []
     if spec.apt_package:
@@ -699,12 +707,26 @@ def load_dataset(name: str, root: str | os.PathLike | None = None, *, cache: boo
             )
         return _load_npz(path)
     key = _canonical(name)
+    if root is not None and not Path(root).expanduser().is_dir():
+        what = "is a file, not a directory" if Path(root).expanduser().exists() else "does not exist"
+        raise DataError(
+            f"--data-root {root} {what}; pass the directory that holds the {key} files, or omit --data-root "
+            "to use $FEDHET_DATA and the known locations"
+        )
     if key == "digits":
         return _load_digits()
     spec = _SPECS[key]
     location, layout, looked = _locate(spec, root)
     if location is None or layout is None:
         raise _missing_error(spec, looked)
+    if root is not None and not _is_under(location, Path(root).expanduser()):
+        # An explicit --data-root is what the user wants trained on: never fall back past it silently.
+        accepted = "; ".join(layout.description for layout in spec.layouts)
+        raise DataError(
+            f"dataset {key!r} not found under --data-root {root} (looked in {root} and its subfolders "
+            f"{list(spec.subdirs)} for any of: {accepted}). A copy exists at {location}: omit --data-root to "
+            "use it, or put the files under the directory you gave"
+        )
     arrays = _read_with_cache(key, location, layout, cache)
     classes = arrays.classes if spec.classes is None else spec.classes
     if classes is None or len(classes) != spec.num_classes:
@@ -721,6 +743,14 @@ def load_dataset(name: str, root: str | os.PathLike | None = None, *, cache: boo
             f"{location}: {key} images have {arrays.train_x.shape[1]} channels, "
             f"expected {spec.input_shape[0]}"
         )
+    for part, images in (("train", arrays.train_x), ("test", arrays.test_x)):
+        if len(images) == 0:
+            raise DataError(f"{location}: the {key} {part} set holds 0 images; the files are truncated")
+        if tuple(images.shape[1:]) != tuple(spec.input_shape):
+            raise DataError(
+                f"{location}: {key} {part} images have shape {tuple(images.shape[1:])}, expected "
+                f"{tuple(spec.input_shape)} (channels, height, width); these are not {key}'s official files"
+            )
     log.info("loaded %s from %s", key, location)
     return _to_dataset(key, arrays, classes, spec.mean, spec.std, str(location))
 

@@ -229,8 +229,9 @@ class RoundLoop:
         if ref is not None and (ref.shape != (cfg.data.clients,) or not np.all(np.isfinite(ref))):
             raise ConfigError(
                 f"reference contributions {ref.tolist()} must hold one finite value per client "
-                f"({cfg.data.clients}); a standalone pre-pass in which some client never trained gives none "
-                "(raise train.rounds or train.clients_per_round, or delete the standalone cache FEDHET_CACHE)"
+                f"({cfg.data.clients}); a standalone pre-pass in which some client never trained (never "
+                "sampled, or every update rejected, e.g. non-finite with a too large train.lr) gives none: "
+                "raise train.rounds or train.clients_per_round, or lower train.lr"
             )
         if cfg.eval.fairness is True and ref is None and not self.strategy.rewards_are_reference:
             raise ConfigError(

@@ -91,13 +91,18 @@ def summary_table(runs: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+def _link(path: str) -> str:
+    """A Markdown link target: angle brackets keep a path with spaces or parentheses one link."""
+    return f"<{path}>" if any(ch in path for ch in " ()") else path
+
+
 def write_report(paths: list[Path], out: str | os.PathLike, title: str | None = None) -> Path:
     """Write a Markdown report (and its figures under ``<out stem>_figures/``) for the given runs."""
     out = Path(out)
     runs = [load_run(p) for p in find_runs([Path(p) for p in paths])]
     fig_dir = out.parent / f"{out.stem}_figures"
     fig_dir.mkdir(parents=True, exist_ok=True)
-    rel = lambda p: os.path.relpath(p, out.parent)  # noqa: E731
+    rel = lambda p: _link(os.path.relpath(p, out.parent))  # noqa: E731
     md = [f"# {title or 'fedhet report'}", ""]
     first = runs[0]
     cfg_text = (first["dir"] / "config.toml").read_text() if (first["dir"] / "config.toml").is_file() else ""
