@@ -164,7 +164,9 @@ def test_the_standalone_cache_keys_dropout_and_never_stores_a_client_that_did_no
     from fedhet.experiment import standalone_key
 
     cfg = small_config()
-    assert standalone_key(cfg) != standalone_key(cfg.copy(train__client_dropout=0.25))  # it changes the result
+    assert standalone_key(cfg) != standalone_key(
+        cfg.copy(train__client_dropout=0.25)
+    )  # it changes the result
     assert standalone_key(cfg) == standalone_key(cfg.copy(train__threads=2))
     # every update non-finite (lr = 1e9): no accuracy for anyone, nothing cached, a clear error later
     diverging = cfg.copy(train__lr=1e9, train__rounds=1)

@@ -306,3 +306,64 @@ def test_best_final_lastk():
         metrics.best_final_lastk(series, mode="median")
     with pytest.raises(ConfigError, match="k"):
         metrics.best_final_lastk(series, k=0)
+
+
+# --------------------------------------------------------------------------------------------------------
+# Cases that mutation testing (make mutation) found unchecked; answers by hand
+# --------------------------------------------------------------------------------------------------------
+def test_balanced_accuracy_infers_the_class_range_from_both_predictions_and_targets():
+    # a predicted class (2) that no target holds: recalls of the target classes 0 and 1 are 1/2 and 1
+    assert metrics.balanced_accuracy([2, 0, 1], [0, 0, 1]) == pytest.approx(0.75)
+    # a target class (2) never predicted: recalls 1 (class 0) and 0 (class 2)
+    assert metrics.balanced_accuracy([0, 0], [0, 2]) == pytest.approx(0.5)
+
+
+def test_bcf_rate_fedrac_code_uses_its_alpha():
+    # s = (0.2, 0.4), a = (0.5, 0.6): upper_i = ((1-α) s_i/0.4 + α)·0.6
+    # α = 0.5: uppers 0.45, 0.6 -> client 0 above its bound (no change), client 1 passes: 1/2
+    # α = 0.9: uppers 0.57, 0.6 -> both pass: 2/2
+    assert metrics.bcf_rate_fedrac_code([0.2, 0.4], [0.5, 0.6], alpha=0.5) == pytest.approx(0.5)
+    assert metrics.bcf_rate_fedrac_code([0.2, 0.4], [0.5, 0.6], alpha=0.9) == pytest.approx(1.0)
+
+
+@pytest.mark.parametrize(
+    ("call", "name"),
+    [
+        (lambda: metrics.bcf_rate_fedrac_code([0.5], [[0.5]]), "rewards"),
+        (lambda: metrics.best_final_lastk([[1.0]]), "series"),
+        (lambda: metrics.free_rider_report([[1.0]], 0), "weights"),
+        (lambda: metrics.summarize_over_seeds([[1.0]]), "values"),
+        (lambda: metrics.rare_class_recall([0, 1], [0, 1], [[0], [0, 1]]), "rare_classes"),  # ragged
+    ],
+)
+def test_shape_errors_name_the_argument(call, name):
+    with pytest.raises(ConfigError, match=rf"^{name} must be"):
+        call()
+
+
+def test_rare_class_recall_with_no_rare_class_says_so():
+    with pytest.raises(ConfigError, match="rare_classes is empty; name at least one rare class index"):
+        metrics.rare_class_recall([0, 1], [0, 1], [])
+
+
+def test_best_final_lastk_boundaries():
+    assert metrics.best_final_lastk([0.3, 0.5, 0.4], k=1) == {"best": 0.5, "final": 0.4, "last_k_mean": 0.4}
+    assert metrics.best_final_lastk([0.7]) == {"best": 0.7, "final": 0.7, "last_k_mean": 0.7}  # one round
+    out = metrics.best_final_lastk([math.nan, 0.2, math.nan], k=2)  # one finite value
+    assert out["best"] == 0.2 and math.isnan(out["final"]) and out["last_k_mean"] == 0.2
+
+
+def test_free_rider_report_boundaries():
+    solo = metrics.free_rider_report([2.0], 0)  # one client: weight 1, nobody to compare with
+    assert solo["weight"] == 1.0 and solo["rank"] == 0 and not solo["detected"]
+    zero = metrics.free_rider_report([0.0, 1.0, 1.0], 0)  # a zero weight is allowed (non-negative)
+    assert zero["weight"] == 0.0 and zero["lowest"] and zero["detected"]
+    # exactly at the threshold τ/N = (1/3)/3: not below it, so not detected
+    at = metrics.free_rider_report([1.0, 4.0, 4.0], 0, threshold_coef=1 / 3)
+    assert at["weight"] == pytest.approx(1 / 9) and not at["detected"]
+    with pytest.raises(ConfigError, match="not all zero"):
+        metrics.free_rider_report([0.0, 0.0], 0)
+    with pytest.raises(ConfigError, match=r"free_rider must be a client index in \[0, 2\], got True"):
+        metrics.free_rider_report([1.0, 1.0, 1.0], True)
+    with pytest.raises(ConfigError, match="threshold_coef must be positive"):
+        metrics.free_rider_report([1.0, 1.0], 0, threshold_coef=0.0)

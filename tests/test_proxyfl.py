@@ -146,6 +146,10 @@ def test_proxy_margin_known_answer():
     # nearest-neighbour distances 3, 3, 4 -> the largest is 4, capped by gpt_threshold
     assert proxy_margin(proxies, 100.0) == pytest.approx(4.0)
     assert proxy_margin(proxies, 2.0) == pytest.approx(2.0)
+    # two classes: δ is their distance; one-dimensional proxies 0, 1, 3: nearest neighbours 1, 1, 2 -> 2
+    assert proxy_margin(torch.tensor([[0.0, 0.0], [3.0, 4.0]]), 100.0) == pytest.approx(5.0)
+    assert proxy_margin(torch.tensor([[0.0], [1.0], [3.0]]), 100.0) == pytest.approx(2.0)
+    assert proxy_margin(torch.tensor([[1.0, 2.0]]), 7.0) == 7.0  # one class: no neighbour, the cap
 
 
 @pytest.mark.parametrize("direction", ["paper", "code"])
