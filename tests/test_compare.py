@@ -10,6 +10,7 @@ import torch
 from fedhet.compare import run_comparison
 from fedhet.config import ExperimentConfig, apply_override
 from fedhet.engine import checkpoint as ckpt
+from fedhet.errors import RunDirectoryError
 
 torch.set_num_threads(1)
 
@@ -41,7 +42,7 @@ def _metrics(run_dir) -> list[dict]:
     return [json.loads(s) for s in (run_dir / "metrics.jsonl").read_text().splitlines() if s.strip()]
 
 
-def test_finished_runs_are_reused_and_a_changed_config_reruns(tmp_path):
+def test_finished_runs_are_reused_and_a_changed_config_is_refused_unless_rerun(tmp_path):
     out = tmp_path / "cmp"
     first = run_comparison(_base(), ["fedavg"], [0], out)
     stamp = (out / "fedavg-seed0" / "summary.json").stat().st_mtime_ns
@@ -50,7 +51,10 @@ def test_finished_runs_are_reused_and_a_changed_config_reruns(tmp_path):
     assert again["fedavg"][0]["final"]["accuracy"] == pytest.approx(first["fedavg"][0]["final"]["accuracy"])
     changed = _base()
     apply_override(changed, "train.lr", 0.02)
-    run_comparison(changed, ["fedavg"], [0], out)
+    with pytest.raises(RunDirectoryError, match=r"fedavg-seed0 \(finished, another configuration\)"):
+        run_comparison(changed, ["fedavg"], [0], out)  # it would replace a finished run: asked first
+    assert (out / "fedavg-seed0" / "summary.json").stat().st_mtime_ns == stamp  # untouched
+    run_comparison(changed, ["fedavg"], [0], out, reuse=False)  # --rerun
     assert (out / "fedavg-seed0" / "summary.json").stat().st_mtime_ns != stamp  # other lr: rerun
     assert "lr = 0.02" in (out / "fedavg-seed0" / "config.toml").read_text()
 

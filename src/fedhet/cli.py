@@ -224,6 +224,7 @@ def _default_run_dir(cfg: Any, prefix: str = "") -> Path:
 def cmd_run(args: argparse.Namespace) -> int:
     from fedhet.algorithms import build_strategy
     from fedhet.config import load_config
+    from fedhet.engine.rundir import check_run_dir
     from fedhet.experiment import make_simulation, needs_reference, standalone_accuracies
 
     console = _console(args)
@@ -237,6 +238,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         cfg = _build_config(args)
         run_dir = _writable_dir(Path(args.out) if args.out else _default_run_dir(cfg), "--out")
     strategy = build_strategy(cfg.method.name, cfg.method.params)  # a bad method fails before the bar
+    check_run_dir(run_dir, resume=bool(args.resume), overwrite=args.overwrite)  # and a taken --out
     if args.engine == "flower-simulation":
         if args.resume:
             raise SystemExit(
@@ -257,7 +259,12 @@ def cmd_run(args: argparse.Namespace) -> int:
             from fedhet.flower.server import run_flower_simulation
 
             summary = run_flower_simulation(
-                cfg, run_dir, strategy=strategy, reference_contributions=reference, progress=cb
+                cfg,
+                run_dir,
+                strategy=strategy,
+                reference_contributions=reference,
+                progress=cb,
+                overwrite=args.overwrite,
             )
         else:
             summary = make_simulation(
@@ -265,6 +272,7 @@ def cmd_run(args: argparse.Namespace) -> int:
                 run_dir=run_dir,
                 progress=cb,
                 resume=bool(args.resume),
+                overwrite=args.overwrite,
                 strategy=strategy,
                 reference_contributions=reference,
             ).run()
@@ -605,6 +613,12 @@ def build_parser() -> argparse.ArgumentParser:
     _add_experiment_args(p)
     p.add_argument("--out", help="run directory (default runs/<method>-<dataset>-<split>-s<seed>-<time>)")
     p.add_argument("--resume", metavar="RUN_DIR", help="continue an interrupted run from its last checkpoint")
+    p.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="replace what --out holds (a finished or unfinished run, or other files); without it such a "
+        "directory is refused",
+    )
     p.add_argument(
         "--engine",
         choices=["embedded", "flower-simulation"],

@@ -16,10 +16,12 @@ import math
 import multiprocessing as mp
 import os
 import queue
+import signal
 import threading
 from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass
+from multiprocessing.managers import SyncManager
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +30,8 @@ import numpy as np
 from fedhet.algorithms import accepted_params, build_strategy, strategy_class
 from fedhet.config import ExperimentConfig, apply_override, load_config
 from fedhet.engine import checkpoint as ckpt
-from fedhet.errors import FedhetError
+from fedhet.engine.rundir import run_dir_state
+from fedhet.errors import FedhetError, RunDirectoryError
 from fedhet.experiment import (
     make_simulation,
     needs_reference,
@@ -122,10 +125,21 @@ def resumable(cfg: ExperimentConfig, run_dir: Path) -> bool:
     config = run_dir / "config.toml"
     if not config.is_file() or ckpt.latest_checkpoint(run_dir) is None:
         return False
-    if not _same_run(cfg, config):
-        log.warning("%s holds a run of another configuration: starting it again", run_dir)
-        return False
-    return True
+    return _same_run(cfg, config)
+
+
+def conflicting_cells(plan: list[PlannedRun]) -> list[str]:
+    """The cells whose directory holds a run (finished or not) of a different experiment, or other files."""
+    out = []
+    for run in plan:
+        state = run_dir_state(run.run_dir)
+        if state == "empty":
+            continue
+        config = run.run_dir / "config.toml"
+        if state == "foreign" or not config.is_file() or not _same_run(run.cfg, config):
+            why = "not a fedhet run" if state == "foreign" else f"{state}, another configuration"
+            out.append(f"{run.run_dir} ({why})")
+    return out
 
 
 def execute_run(
@@ -135,8 +149,15 @@ def execute_run(
     resume = run.may_resume and resumable(run.cfg, run.run_dir)
     if resume:
         log.info("resuming %s from its last checkpoint", run.label)
+    # The comparison has already decided this cell is to be (re)run (run_comparison refuses cells that
+    # hold another experiment unless asked to rerun): what is left of an earlier attempt is replaced.
     return make_simulation(
-        run.cfg, run_dir=run.run_dir, progress=progress, reference_contributions=standalone, resume=resume
+        run.cfg,
+        run_dir=run.run_dir,
+        progress=progress,
+        reference_contributions=standalone,
+        resume=resume,
+        overwrite=not resume,
     ).run()
 
 
@@ -170,6 +191,16 @@ def run_comparison(
             cfg = method_config(base, m, seed, method_params.get(m))
             run_dir = out_dir / f"{m}-seed{seed}"
             plan.append(PlannedRun(m, seed, cfg, run_dir, _needs_standalone(cfg), may_resume=reuse))
+    if reuse:
+        conflicts = conflicting_cells(plan)
+        if conflicts:
+            raise RunDirectoryError(
+                f"{len(conflicts)} cell(s) of {out_dir} hold runs of a different experiment, which this "
+                "comparison would replace: "
+                + "; ".join(conflicts[:5])
+                + ("; ..." if len(conflicts) > 5 else "")
+                + ". Pass --rerun to replace them, or choose another --out"
+            )
     done: dict[tuple[str, int], dict[str, Any]] = {}
     if reuse:
         for run in plan:
@@ -238,6 +269,20 @@ def _worker_run(run: PlannedRun, events, key: str) -> dict[str, Any]:
     return execute_run(run, sa, _worker_progress(events, key))
 
 
+def _die_with_parent(parent_pid: int) -> None:
+    """Worker initializer: the kernel sends SIGTERM to this process when the comparison's process dies
+    (SIGTERM, SIGKILL or a crash), so no worker outlives it to race a rerun in the same cells (Linux)."""
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):  # not Linux: workers still end with the pool when the parent exits
+        return
+    if os.getppid() != parent_pid:  # the parent died before prctl took effect
+        os._exit(1)
+
+
 def _run_parallel(
     todo: list[PlannedRun],
     done: dict[tuple[str, int], dict[str, Any]],
@@ -246,7 +291,10 @@ def _run_parallel(
 ) -> None:
     ctx = mp.get_context("spawn")  # torch and fork do not mix; spawn starts clean interpreters
     callbacks: dict[str, Callable[..., None]] = {}
-    manager = ctx.Manager() if progress else None
+    manager = None
+    if progress:
+        manager = SyncManager(ctx=ctx)
+        manager.start(_die_with_parent, (os.getpid(),))
     events = manager.Queue() if manager else None
     stop = threading.Event()
 
@@ -263,7 +311,9 @@ def _run_parallel(
     if listener:
         listener.start()
     try:
-        with ProcessPoolExecutor(max_workers=jobs, mp_context=ctx) as pool:
+        with ProcessPoolExecutor(
+            max_workers=jobs, mp_context=ctx, initializer=_die_with_parent, initargs=(os.getpid(),)
+        ) as pool:
             # Phase 1: the standalone accuracies each needed seed shares (computed once, into the cache), by
             # the seed's 'standalone' cell where the comparison has one.
             cells = {standalone_key(r.cfg): r for r in todo if r.provides_standalone}

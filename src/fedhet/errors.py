@@ -28,3 +28,7 @@ class CheckpointError(FedhetError, OSError):
 
 class ProtocolError(FedhetError, ValueError):
     """A message breaks the protocol between server and client (e.g. an instruction it cannot follow)."""
+
+
+class RunDirectoryError(FedhetError, OSError):
+    """A run directory cannot be used: it holds a run that would be lost, or another process is using it."""

@@ -30,6 +30,7 @@ from fedhet.engine import checkpoint as ckpt
 from fedhet.engine.boundary import check_description, check_reply, check_transport
 from fedhet.engine.evaluation import evaluate_model
 from fedhet.engine.protocol import LR_KEY, FederationInfo, Instruction, Reply, Strategy
+from fedhet.engine.rundir import claim_run_dir, write_atomic
 from fedhet.engine.seeds import derived_rng, model_seed
 from fedhet.errors import ClientUpdateError, ConfigError
 
@@ -146,6 +147,7 @@ class RoundLoop:
         run_dir: str | os.PathLike | None = None,
         progress: Callable[..., None] | None = None,
         resume: bool = False,
+        overwrite: bool = False,
         reference_contributions: Sequence[float] | np.ndarray | None = None,
     ) -> None:
         self.cfg = cfg
@@ -153,6 +155,9 @@ class RoundLoop:
         self.run_dir = Path(run_dir) if run_dir is not None else None
         self.progress = progress
         self.resume = resume
+        #: Replace whatever ``run_dir`` holds; without it only an empty directory (or, with ``resume``, an
+        #: unfinished run) is used, so that no finished run is lost (fedhet.engine.rundir).
+        self.overwrite = overwrite
         self.reference = (
             None if reference_contributions is None else np.asarray(reference_contributions, dtype=np.float64)
         )
@@ -386,8 +391,22 @@ class RoundLoop:
 
     # -- the loop ---------------------------------------------------------------------------------------
     def run(self) -> dict[str, Any]:
-        """Run all rounds (resuming from the last checkpoint if asked) and return the summary."""
+        """Run all rounds (resuming from the last checkpoint if asked) and return the summary.
+
+        The run directory is claimed first (locked for the whole run; a finished, unfinished or foreign
+        directory is refused unless ``resume``/``overwrite`` says otherwise), before any work is done.
+        """
         t0 = time.perf_counter()
+        lock = None
+        if self.run_dir is not None:
+            lock = claim_run_dir(self.run_dir, resume=self.resume, overwrite=self.overwrite)
+        try:
+            return self._run(t0)
+        finally:
+            if lock is not None:
+                lock.release()
+
+    def _run(self, t0: float) -> dict[str, Any]:
         self.setup()
         cfg = self.cfg
         if self.run_dir is not None:
@@ -397,7 +416,7 @@ class RoundLoop:
                 (self.run_dir / "timings.jsonl").write_text("")
             # A run counts as finished only once its summary is written.
             (self.run_dir / "summary.json").unlink(missing_ok=True)
-            (self.run_dir / "config.toml").write_text(to_toml(cfg))
+            write_atomic(self.run_dir / "config.toml", to_toml(cfg))
             self._write_partition()
         for rnd in range(self.start_round, cfg.train.rounds + 1):
             tr = time.perf_counter()
@@ -423,10 +442,12 @@ class RoundLoop:
                 self.progress(rnd, cfg.train.rounds, line)
         summary = self.summary(time.perf_counter() - t0)
         if self.run_dir is not None:
-            (self.run_dir / "summary.json").write_text(json.dumps(_jsonable(summary), indent=2))
             if self.fairness_reference is not None:
-                (self.run_dir / "standalone.json").write_text(json.dumps(list(map(float, self.reference))))
-            (self.run_dir / RECORDS_FILE).write_text(json.dumps(_jsonable(self.strategy.run_records())))
+                write_atomic(self.run_dir / "standalone.json", json.dumps(list(map(float, self.reference))))
+            write_atomic(self.run_dir / RECORDS_FILE, json.dumps(_jsonable(self.strategy.run_records())))
+            # A run counts as finished once its summary exists (compare's reuse, run_dir_state); the
+            # figures and CSVs are derived from it and the records, and can be rebuilt by `fedhet report`.
+            write_atomic(self.run_dir / "summary.json", json.dumps(_jsonable(summary), indent=2))
             from fedhet.report.artifacts import write_run_artifacts
 
             write_run_artifacts(self.run_dir)

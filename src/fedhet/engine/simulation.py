@@ -233,6 +233,7 @@ class Simulation(RoundLoop):
         trainer: Trainer | None = None,
         progress: Callable[..., None] | None = None,
         resume: bool = False,
+        overwrite: bool = False,
         reference_contributions: Sequence[float] | np.ndarray | None = None,
     ) -> None:
         super().__init__(
@@ -241,6 +242,7 @@ class Simulation(RoundLoop):
             run_dir=run_dir,
             progress=progress,
             resume=resume,
+            overwrite=overwrite,
             reference_contributions=reference_contributions,
         )
         self.trainer = trainer if trainer is not None else strategy.trainer_class()

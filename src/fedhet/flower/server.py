@@ -230,6 +230,7 @@ def make_server_app(
     reference_contributions: Sequence[float] | np.ndarray | None = None,
     progress: Callable[..., None] | None = None,
     on_summary: Callable[[dict[str, Any]], None] | None = None,
+    overwrite: bool = False,
 ) -> ServerApp:
     """A ServerApp that runs one fedhet experiment.
 
@@ -261,6 +262,7 @@ def make_server_app(
             run_dir=out,
             progress=progress,
             reference_contributions=reference,
+            overwrite=overwrite or bool(run_config.get("overwrite", False)),
             round_timeout=float(run_config.get("round-timeout", ROUND_TIMEOUT)),
             connect_timeout=float(run_config.get("connect-timeout", CONNECT_TIMEOUT)),
         )
@@ -294,6 +296,7 @@ def run_flower_simulation(
     reference_contributions: Sequence[float] | np.ndarray | None = None,
     progress: Callable[..., None] | None = None,
     verbose: bool = False,
+    overwrite: bool = False,
 ) -> dict[str, Any]:
     """Run ``cfg`` on Flower's simulation engine (Ray): one virtual SuperNode per client, each with one
     CPU; returns the summary, as :func:`fedhet.experiment.run_experiment` does."""
@@ -312,6 +315,7 @@ def run_flower_simulation(
         reference_contributions=reference_contributions,
         progress=progress,
         on_summary=result.update,
+        overwrite=overwrite,
     )
     backend = {
         "client_resources": {"num_cpus": 1, "num_gpus": 0.0},

@@ -1,0 +1,151 @@
+"""Run directories: what a directory holds, a lock while a run writes into it, and atomic writes.
+
+A run directory is in one of four states (:func:`run_dir_state`):
+
+- ``"empty"``: missing, or an empty directory — a run may start there;
+- ``"finished"``: a fedhet run with its ``summary.json`` (the summary is written last);
+- ``"unfinished"``: a fedhet run without a summary (``config.toml`` or ``metrics.jsonl``): interrupted, or
+  running in another process;
+- ``"foreign"``: a non-empty directory that is not a fedhet run.
+
+:func:`claim_run_dir` is what a run calls before it writes anything: only an empty directory is taken
+without being asked (``resume`` continues an unfinished run, ``overwrite`` replaces whatever is there), and
+a directory another process is running in is refused. :class:`RunDirLock` holds an exclusive ``flock`` on
+``.fedhet.lock`` (with the owner's pid inside, for the error message) for as long as the run writes; the
+kernel releases it when the process dies, so a crashed run never leaves a stale lock. The (empty) file
+itself stays in the directory.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import shutil
+from pathlib import Path
+from typing import IO
+
+from fedhet.errors import RunDirectoryError
+
+LOCK_FILE = ".fedhet.lock"
+#: The files whose presence makes a directory a fedhet run (written at the start of every run).
+RUN_MARKERS = ("config.toml", "metrics.jsonl")
+
+
+def run_dir_state(run_dir: Path) -> str:
+    """``"empty"``, ``"finished"``, ``"unfinished"`` or ``"foreign"`` (see the module docstring)."""
+    if not run_dir.exists():
+        return "empty"
+    if not run_dir.is_dir():
+        return "foreign"
+    entries = [p for p in run_dir.iterdir() if p.name != LOCK_FILE]
+    if not entries:
+        return "empty"
+    if (run_dir / "summary.json").is_file():
+        return "finished"
+    if any((run_dir / m).is_file() for m in RUN_MARKERS):
+        return "unfinished"
+    return "foreign"
+
+
+class RunDirLock:
+    """An exclusive lock on a run directory for the lifetime of a run (``with RunDirLock(d): ...``)."""
+
+    def __init__(self, run_dir: Path) -> None:
+        self.run_dir = Path(run_dir)
+        self.path = self.run_dir / LOCK_FILE
+        self._fh: IO[str] | None = None
+
+    def acquire(self) -> RunDirLock:
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        fh = open(self.path, "a+")  # noqa: SIM115 - held open for the lock's lifetime
+        try:
+            fcntl.flock(fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            fh.seek(0)
+            owner = fh.read().strip() or "unknown"
+            fh.close()
+            raise RunDirectoryError(
+                f"run directory {self.run_dir} is in use by another fedhet process (pid {owner}); wait for "
+                "it to finish, stop it, or choose another --out"
+            ) from None
+        fh.seek(0)
+        fh.truncate()
+        fh.write(f"{os.getpid()}\n")
+        fh.flush()
+        self._fh = fh
+        return self
+
+    def release(self) -> None:
+        if self._fh is None:
+            return
+        # The file stays: unlinking it would let a process that opened it before the unlink lock a file
+        # that no longer has the name, while a third one locks a new file of that name.
+        fcntl.flock(self._fh.fileno(), fcntl.LOCK_UN)
+        self._fh.close()
+        self._fh = None
+
+    def __enter__(self) -> RunDirLock:
+        return self.acquire()
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
+
+
+def check_run_dir(run_dir: Path, *, resume: bool = False, overwrite: bool = False) -> str:
+    """Refuse a directory whose contents a run would lose (see the module docstring); returns its state.
+
+    Cheap and lock-free, so a command can call it before any work; :func:`claim_run_dir` checks again.
+    """
+    run_dir = Path(run_dir)
+    if run_dir.exists() and not run_dir.is_dir():
+        raise RunDirectoryError(f"run directory {run_dir} is a file; pass a directory (created if missing)")
+    state = run_dir_state(run_dir)
+    if overwrite or state == "empty":
+        return state
+    if state == "finished" and not resume:
+        raise RunDirectoryError(
+            f"run directory {run_dir} holds a finished run (summary.json); pass --overwrite to replace it, "
+            "or choose another --out"
+        )
+    if state == "unfinished" and not resume:
+        raise RunDirectoryError(
+            f"run directory {run_dir} holds an unfinished run; pass --resume {run_dir} to continue it, "
+            "--overwrite to start it again, or choose another --out"
+        )
+    if state == "foreign":
+        raise RunDirectoryError(
+            f"run directory {run_dir} is not empty and holds no fedhet run; pass --overwrite to empty it "
+            "(its files are deleted), or choose another --out"
+        )
+    return state
+
+
+def claim_run_dir(run_dir: Path, *, resume: bool = False, overwrite: bool = False) -> RunDirLock:
+    """Lock ``run_dir`` for a run, refusing what would lose data (:func:`check_run_dir`); returns the lock.
+
+    ``overwrite`` empties the directory first (after the lock is held, so never under a live run).
+    """
+    run_dir = Path(run_dir)
+    check_run_dir(run_dir, resume=resume, overwrite=overwrite)
+    lock = RunDirLock(run_dir).acquire()
+    try:
+        state = check_run_dir(run_dir, resume=resume, overwrite=overwrite)  # again, now under the lock
+        if overwrite and state != "empty":
+            for entry in run_dir.iterdir():
+                if entry.name == LOCK_FILE:
+                    continue
+                shutil.rmtree(entry) if entry.is_dir() and not entry.is_symlink() else entry.unlink()
+    except BaseException:
+        lock.release()
+        raise
+    return lock
+
+
+def write_atomic(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` so that a reader sees the old file or the new one, never a torn one."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    with open(tmp, "w") as fh:
+        fh.write(text)
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, path)

@@ -1,0 +1,194 @@
+"""Run directories: refused when a run would lose data, locked while a run writes, written atomically."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+import torch
+
+from fedhet.cli import main
+from fedhet.engine.rundir import (
+    LOCK_FILE,
+    RunDirLock,
+    check_run_dir,
+    claim_run_dir,
+    run_dir_state,
+    write_atomic,
+)
+from fedhet.errors import RunDirectoryError
+
+torch.set_num_threads(1)
+
+RUN = ["run", "--method", "fedavg", "--dataset", "digits", "--clients", "2", "--rounds", "1", "--quiet"]
+RUN += ["--set", "eval.fairness=false"]
+
+
+@pytest.fixture(autouse=True)
+def _tmp_cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("FEDHET_CACHE", str(tmp_path / "cache"))
+
+
+def test_states_and_what_each_needs(tmp_path):
+    d = tmp_path / "r"
+    assert run_dir_state(d) == "empty"
+    d.mkdir()
+    assert run_dir_state(d) == "empty" and check_run_dir(d) == "empty"
+    (d / "notes.txt").write_text("mine")
+    assert run_dir_state(d) == "foreign"
+    with pytest.raises(RunDirectoryError, match="holds no fedhet run; pass --overwrite"):
+        check_run_dir(d, resume=True)  # resuming does not make someone else's files a run
+    (d / "metrics.jsonl").write_text("")
+    assert run_dir_state(d) == "unfinished"
+    with pytest.raises(RunDirectoryError, match=f"holds an unfinished run; pass --resume {d}"):
+        check_run_dir(d)
+    assert check_run_dir(d, resume=True) == "unfinished"
+    (d / "summary.json").write_text("{}")
+    assert run_dir_state(d) == "finished"
+    with pytest.raises(RunDirectoryError, match="holds a finished run"):
+        check_run_dir(d)
+    f = tmp_path / "file"
+    f.write_text("")
+    with pytest.raises(RunDirectoryError, match="is a file"):
+        check_run_dir(f, overwrite=True)
+
+
+def test_overwrite_empties_the_directory_under_the_lock(tmp_path):
+    d = tmp_path / "r"
+    (d / "checkpoints" / "round_00001").mkdir(parents=True)
+    (d / "summary.json").write_text("{}")
+    lock = claim_run_dir(d, overwrite=True)
+    try:
+        assert [p.name for p in d.iterdir()] == [LOCK_FILE]
+    finally:
+        lock.release()
+    claim_run_dir(d).release()  # released: the directory (only the lock file left) counts as empty
+
+
+def test_a_locked_directory_is_refused_naming_the_owner_and_freed_when_it_dies(tmp_path):
+    d = tmp_path / "r"
+    with RunDirLock(d):
+        with pytest.raises(
+            RunDirectoryError, match=rf"in use by another fedhet process \(pid {os.getpid()}\)"
+        ):
+            RunDirLock(d).acquire()
+    # a process that holds the lock and is killed (no clean-up): the kernel frees the lock
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import sys, time; from fedhet.engine.rundir import RunDirLock; "
+            "held = RunDirLock(sys.argv[1]).acquire(); print('locked', flush=True); time.sleep(60)",
+            str(d),
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert holder.stdout.readline().strip() == "locked"
+        with pytest.raises(RunDirectoryError, match=f"pid {holder.pid}"):
+            claim_run_dir(d)
+        os.kill(holder.pid, signal.SIGKILL)
+        holder.wait(timeout=10)
+    finally:
+        if holder.poll() is None:
+            holder.kill()
+            holder.wait(timeout=10)
+    deadline = time.monotonic() + 10
+    while True:  # the lock file is left behind, the lock is not
+        try:
+            claim_run_dir(d).release()
+            break
+        except RunDirectoryError:
+            assert time.monotonic() < deadline
+            time.sleep(0.1)
+
+
+def test_write_atomic_replaces_in_one_step(tmp_path):
+    p = tmp_path / "summary.json"
+    p.write_text("old")
+    write_atomic(p, "new")
+    assert p.read_text() == "new" and [q.name for q in tmp_path.iterdir()] == ["summary.json"]
+
+
+def test_fedhet_run_refuses_a_finished_run_before_any_work_and_overwrites_when_asked(tmp_path, capsys):
+    out = tmp_path / "r"
+    assert main([*RUN, "--out", str(out)]) == 0
+    summary = (out / "summary.json").read_text()
+    capsys.readouterr()
+    assert main([*RUN, "--out", str(out), "--set", "train.lr=0.05"]) == 2
+    err = capsys.readouterr().err
+    assert f"run directory {out} holds a finished run (summary.json); pass --overwrite" in err
+    assert (out / "summary.json").read_text() == summary  # nothing lost
+    assert main([*RUN, "--out", str(out), "--set", "train.lr=0.05", "--overwrite"]) == 0
+    assert "lr = 0.05" in (out / "config.toml").read_text()
+    claim_run_dir(out, resume=True).release()  # the finished run released its lock
+
+
+def _children(pid: int) -> list[int]:
+    out = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as fh:
+                    fields = fh.read().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if int(fields[1]) == pid:  # field 4 of /proc/PID/stat: the parent's pid
+                out.append(int(entry))
+    return out
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux's")
+def test_compare_workers_die_with_a_killed_parent(tmp_path):
+    """SIGKILL to `fedhet compare --jobs 2`: its worker processes end too (they would otherwise keep
+    training and race a rerun in the same cells)."""
+    cmd = [
+        sys.executable,
+        "-m",
+        "fedhet.cli",
+        "compare",
+        "--methods",
+        "fedavg,fedprox",
+        "--dataset",
+        "digits",
+    ]
+    cmd += ["--clients", "2", "--rounds", "100000", "--jobs", "2", "--quiet", "--out", str(tmp_path / "c")]
+    cmd += ["--set", "eval.fairness=false", "--set", "eval.checkpoint_every=0"]
+    busy = [tmp_path / "c" / f"{m}-seed0" / "metrics.jsonl" for m in ("fedavg", "fedprox")]
+    parent = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    workers: list[int] = []
+    try:
+        deadline = time.monotonic() + 120
+        # until both workers are inside a training run (a worker idle in the pool would exit by itself)
+        while time.monotonic() < deadline and parent.poll() is None:
+            if all(p.is_file() and p.read_text().count("\n") >= 2 for p in busy):
+                break
+            time.sleep(0.5)
+        workers = [c for c in _children(parent.pid) if "spawn_main" in open(f"/proc/{c}/cmdline").read()]
+        assert len(workers) >= 2 and all(p.is_file() for p in busy), "the workers never started training"
+        parent.kill()
+        parent.wait(timeout=10)
+        deadline = time.monotonic() + 30
+        while any(_alive(w) for w in workers) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert not any(_alive(w) for w in workers)
+    finally:
+        if parent.poll() is None:
+            parent.kill()
+            parent.wait(timeout=10)
+        for w in workers:
+            if _alive(w):
+                os.kill(w, signal.SIGKILL)
