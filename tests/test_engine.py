@@ -295,3 +295,30 @@ def test_a_run_can_start_from_another_runs_final_global_model(tmp_path):
     warm.model.params = {"hidden_sizes": [16]}
     with pytest.raises(ConfigError, match="same model"):
         make_simulation(warm).setup()
+
+
+def test_a_client_whose_training_raises_is_a_failed_client_and_the_run_goes_on(tmp_path):
+    """Client 1's trainer raises in round 2: that round is recorded without it ('failed', with the error),
+    the others are aggregated, and client 1 trains again in round 3."""
+
+    class Flaky(SGDTrainer):
+        def fit(self, u):
+            if u.context.round == 2 and u.data.cid == 1:
+                raise RuntimeError("CUDA out of memory (simulated)")
+            return super().fit(u)
+
+    from fedhet.algorithms import build_strategy
+    from fedhet.engine.simulation import Simulation
+
+    cfg = small_config()
+    cfg.eval.fairness = False
+    sim = Simulation(cfg, build_strategy("fedavg", {}), run_dir=tmp_path / "r", trainer=Flaky())
+    sim.run()
+    lines = [json.loads(s) for s in (tmp_path / "r" / "metrics.jsonl").read_text().splitlines()]
+    assert lines[1]["clients"] == [0, 2, 3]
+    assert lines[1]["failed"] == {"1": "training raised RuntimeError: CUDA out of memory (simulated)"}
+    assert lines[2]["clients"] == [0, 1, 2, 3] and "failed" not in lines[2]
+    # a ConfigError inside a client is the run's error, not the client's
+    cfg.train.local_epochs = 1e-4
+    with pytest.raises(ConfigError, match="0 local steps"):
+        Simulation(cfg, build_strategy("fedavg", {}), trainer=SGDTrainer()).run()

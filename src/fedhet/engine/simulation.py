@@ -196,13 +196,23 @@ class InProcessClients(Transport):
         }, {}
 
     def send(self, rnd: int, instructions: dict[int, Instruction]) -> tuple[dict[int, Reply], Failures]:
+        """Run each instructed client. A client whose training raises is a failed client of this round
+        (as a node that errors is on Flower): recorded, its state unchanged, the round goes on. A
+        ConfigError is not a client's failure but the run's, and stops it."""
         replies: dict[int, Reply] = {}
+        failures: Failures = {}
         for cid in sorted(instructions):
+            try:
+                data, context = self.clients[cid], self.context(rnd, cid)
+                reply, state = run_client(self.trainer, instructions[cid], self.states[cid], data, context)
+            except ConfigError:
+                raise
+            except Exception as exc:  # noqa: BLE001 - any error inside one client's training
+                failures[cid] = f"training raised {type(exc).__name__}: {exc}"
+                continue
             # The client keeps its new state whatever the server makes of its reply.
-            replies[cid], self.states[cid] = run_client(
-                self.trainer, instructions[cid], self.states[cid], self.clients[cid], self.context(rnd, cid)
-            )
-        return replies, {}
+            replies[cid], self.states[cid] = reply, state
+        return replies, failures
 
     def state_dict(self) -> dict[str, Any]:
         return {
