@@ -229,6 +229,15 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     console = _console(args)
     if args.resume:
+        given = [f"--{a.replace('_', '-')}" for a in (*SHORTCUTS, "out") if getattr(args, a, None)]
+        given = (["CONFIG"] if args.config else []) + given + [f"--set {x}" for x in args.set]
+        if args.overwrite:
+            given.append("--overwrite")
+        if given:
+            raise ConfigError(
+                f"--resume {args.resume} continues the run exactly as its config.toml says; "
+                f"{', '.join(given)} would change it. Drop them, or start a new run (a new --out)"
+            )
         run_dir = Path(args.resume)
         cfg_path = run_dir / "config.toml"
         if not cfg_path.is_file():

@@ -7,6 +7,7 @@ tensors are stored under their path in the structure and replaced in the JSON by
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
@@ -71,7 +72,14 @@ def save_checkpoint(directory: str | os.PathLike, state: dict[str, Any]) -> Path
     tensors: dict[str, torch.Tensor] = {}
     meta = _flatten(state, "", tensors)
     save_file(tensors, str(tmp / TENSOR_FILE))
-    (tmp / STATE_FILE).write_text(json.dumps({"format": FORMAT_VERSION, "state": meta}))
+    # Checksums of both files' contents: a checkpoint that was torn or altered on disk is refused on load.
+    record = {
+        "format": FORMAT_VERSION,
+        "state": meta,
+        "state_sha256": _digest(json.dumps(meta, sort_keys=True)),
+    }
+    record["tensors_sha256"] = _file_digest(tmp / TENSOR_FILE)
+    (tmp / STATE_FILE).write_text(json.dumps(record))
     if target.exists():
         shutil.rmtree(target)
     tmp.rename(target)
@@ -85,29 +93,55 @@ def load_checkpoint(directory: str | os.PathLike) -> dict[str, Any]:
         raise CheckpointError(f"{d} is not a fedhet checkpoint (needs {STATE_FILE} and {TENSOR_FILE})")
     try:
         meta = json.loads((d / STATE_FILE).read_text())
+        if meta.get("format") != FORMAT_VERSION:
+            raise CheckpointError(
+                f"{d} has checkpoint format {meta.get('format')}, this fedhet reads {FORMAT_VERSION}"
+            )
+        # Checkpoints written before checksums existed carry none and are read as they are.
+        if "tensors_sha256" in meta and _file_digest(d / TENSOR_FILE) != meta["tensors_sha256"]:
+            raise CheckpointError(f"{d / TENSOR_FILE} does not match its checksum (torn or altered)")
+        if (
+            "state_sha256" in meta
+            and _digest(json.dumps(meta["state"], sort_keys=True)) != meta["state_sha256"]
+        ):
+            raise CheckpointError(f"{d / STATE_FILE} does not match its checksum (altered)")
         tensors = load_file(str(d / TENSOR_FILE))
-    except (OSError, ValueError, json.JSONDecodeError) as exc:
+    except (OSError, ValueError, KeyError, json.JSONDecodeError) as exc:
         raise CheckpointError(
             f"cannot read checkpoint {d}: {exc}; delete it to resume from an earlier one"
         ) from exc
-    if meta.get("format") != FORMAT_VERSION:
-        raise CheckpointError(
-            f"{d} has checkpoint format {meta.get('format')}, this fedhet reads {FORMAT_VERSION}"
-        )
     return _unflatten(meta["state"], tensors)
 
 
-def latest_checkpoint(run_dir: str | os.PathLike) -> Path | None:
-    """The newest complete checkpoint of a run directory, or None."""
+def _digest(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def _file_digest(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def checkpoints(run_dir: str | os.PathLike) -> list[Path]:
+    """The complete checkpoints of a run directory, newest first."""
     root = Path(run_dir) / "checkpoints"
     if not root.is_dir():
-        return None
+        return []
     done = sorted(
         p
         for p in root.glob("round_*")
         if p.is_dir() and not p.name.endswith(".tmp") and (p / STATE_FILE).is_file()
     )
-    return done[-1] if done else None
+    return done[::-1]
+
+
+def latest_checkpoint(run_dir: str | os.PathLike) -> Path | None:
+    """The newest complete checkpoint of a run directory, or None."""
+    found = checkpoints(run_dir)
+    return found[0] if found else None
 
 
 def checkpoint_dir(run_dir: str | os.PathLike, rnd: int) -> Path:

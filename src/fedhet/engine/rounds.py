@@ -32,7 +32,7 @@ from fedhet.engine.evaluation import evaluate_model
 from fedhet.engine.protocol import LR_KEY, FederationInfo, Instruction, Reply, Strategy
 from fedhet.engine.rundir import claim_run_dir, write_atomic
 from fedhet.engine.seeds import derived_rng, model_seed
-from fedhet.errors import ClientUpdateError, ConfigError
+from fedhet.errors import CheckpointError, ClientUpdateError, ConfigError
 
 log = logging.getLogger("fedhet")
 
@@ -125,6 +125,26 @@ class Transport(ABC):
 
     def load_state_dict(self, sd: dict[str, Any]) -> None:  # noqa: B027 (nothing to restore by default)
         """Inverse of :meth:`state_dict`."""
+
+
+def _read_rounds(path: Path, last_round: int) -> list[dict[str, Any]]:
+    """The JSON lines of ``path`` up to ``last_round``, rewritten to the file; lines that do not parse (a
+    write torn by a kill) are dropped with a warning."""
+    if not path.is_file():
+        return []
+    kept: list[dict[str, Any]] = []
+    for number, line in enumerate(path.read_text().splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError:
+            log.warning("%s line %d is torn (not JSON): dropped, its round is run again", path, number)
+            continue
+        if isinstance(record, dict) and int(record.get("round", last_round + 1)) <= last_round:
+            kept.append(record)
+    write_atomic(path, "".join(json.dumps(h) + "\n" for h in kept))
+    return kept
 
 
 # --------------------------------------------------------------------------------------------------------
@@ -362,11 +382,16 @@ class RoundLoop:
 
     def restore(self) -> bool:
         """Load the run directory's latest checkpoint; False when there is none."""
-        path = ckpt.latest_checkpoint(self.run_dir)
-        if path is None:
-            log.info("no checkpoint in %s: starting from round 1", self.run_dir)
+        state, path = None, None
+        for path in ckpt.checkpoints(self.run_dir):  # newest first; an unreadable one falls back
+            try:
+                state = ckpt.load_checkpoint(path)
+                break
+            except CheckpointError as exc:
+                log.warning("%s; trying the previous checkpoint", exc)
+        if state is None:
+            log.warning("no readable checkpoint in %s: starting from round 1", self.run_dir)
             return False
-        state = ckpt.load_checkpoint(path)
         if state.get("config_hash") != self.cfg.run_fingerprint():
             raise ConfigError(
                 f"the checkpoint in {path} was written by a different configuration; "
@@ -376,16 +401,9 @@ class RoundLoop:
         self.transport.load_state_dict(state["clients"])
         self.info.rng.bit_generator.state = state["strategy_rng"]
         self.start_round = int(state["round"]) + 1
-        mfile = self.run_dir / "metrics.jsonl"
-        if mfile.is_file():
-            kept = [json.loads(s) for s in mfile.read_text().splitlines() if s.strip()]
-            self.history = [h for h in kept if h["round"] <= state["round"]]
-            mfile.write_text("".join(json.dumps(h) + "\n" for h in self.history))
-        tfile = self.run_dir / "timings.jsonl"
-        if tfile.is_file():
-            kept = [json.loads(s) for s in tfile.read_text().splitlines() if s.strip()]
-            self.timings = [t for t in kept if t["round"] <= state["round"]]
-            tfile.write_text("".join(json.dumps(t) + "\n" for t in self.timings))
+        # Lines after the checkpoint's round are dropped (they are run again), a torn last line included.
+        self.history = _read_rounds(self.run_dir / "metrics.jsonl", int(state["round"]))
+        self.timings = _read_rounds(self.run_dir / "timings.jsonl", int(state["round"]))
         log.info("resumed %s from round %d", self.run_dir, state["round"])
         return True
 
