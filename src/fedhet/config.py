@@ -1,6 +1,7 @@
 """Typed experiment configuration: TOML in and out, every field validated.
 
-Sections: ``[data]``, ``[model]``, ``[train]``, ``[method]``, ``[eval]`` and the top-level ``seed``, ``out``,
+Sections: ``[data]``, ``[model]``, ``[train]``, ``[method]``, ``[eval]``, the optional ``[faults]``
+(injected client faults) and ``[guards]`` (server-side update checks), and the top-level ``seed``, ``out``,
 ``name``. Unknown keys are errors; every bad value raises :class:`~fedhet.errors.ConfigError` naming the
 field, the value and what is accepted. Any key can be overridden with ``section.key=value``
 (``--set`` on the command line), e.g. ``data.split_params.alpha=0.05``.
@@ -88,6 +89,50 @@ class EvalConfig:
     checkpoint_every: int = 10
 
 
+#: What an injected faulty client does (``[faults] clients``; docs/robustness.md).
+FAULT_BEHAVIOURS = ("noise", "scale", "sign-flip", "stale", "nan", "lie-num-examples", "crash", "drop")
+
+
+@dataclass
+class FaultsConfig:
+    """Injected client faults, for robustness experiments: which clients misbehave and how.
+
+    ``clients`` maps a client id to one of :data:`FAULT_BEHAVIOURS` (``--set faults.clients.3=noise``).
+    ``noise``: weights drawn from N(0, ``noise_std``²), a random model; ``scale``: the update × ``factor``;
+    ``sign-flip``: the update negated; ``stale``: the unchanged model it was sent (a free rider); ``nan``:
+    NaN weights; ``lie-num-examples``: ``factor`` × its sample count (in its description too); ``crash``:
+    an error; ``drop``: no reply. The clients' standalone reference runs without faults.
+    """
+
+    clients: dict[str, Any] = field(default_factory=dict)
+    #: The multiplier of ``scale`` and ``lie-num-examples``.
+    factor: float = 100.0
+    #: The standard deviation of ``noise`` weights.
+    noise_std: float = 1.0
+    #: The first round the faults act in (the round-0 description lies from the start).
+    from_round: int = 1
+
+
+@dataclass
+class GuardsConfig:
+    """Server-side checks of each round's accepted updates, beyond the protocol checks (docs/reliability.md).
+
+    A guarded update is rejected, logged and recorded in ``metrics.jsonl`` like a malformed one.
+    """
+
+    #: Reject an update whose norm ‖w_i − w_sent‖ exceeds this × the median over the round's updates
+    #: (with 3 or more updates); None = off. 10 keeps honest non-IID clients and stops scaled or random ones.
+    update_norm_factor: float | None = None
+    #: Reject a reply whose num_examples exceeds this × the round's median num_examples; None = off.
+    num_examples_factor: float | None = None
+    #: Reject a reply (or description) claiming more samples than this; None = no bound.
+    max_num_examples: int | None = None
+    #: Undo a round whose aggregated global model is not finite (the round is logged and recorded).
+    rollback_non_finite: bool = True
+    #: Stop the run when every reply of this many consecutive rounds was rejected (0 = never).
+    max_all_rejected_rounds: int = 3
+
+
 @dataclass
 class MethodConfig:
     name: str = "fedavg"
@@ -101,6 +146,8 @@ class ExperimentConfig:
     train: TrainConfig = field(default_factory=TrainConfig)
     method: MethodConfig = field(default_factory=MethodConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)
+    faults: FaultsConfig = field(default_factory=FaultsConfig)
+    guards: GuardsConfig = field(default_factory=GuardsConfig)
     seed: int = 0
     out: str | None = None
     name: str | None = None
@@ -131,9 +178,13 @@ class ExperimentConfig:
 
         Checkpoints are resumed and finished runs reused only under an equal run fingerprint.
         """
-        return self.fingerprint(
-            "data", "model", "train", "method", "eval", "seed", exclude=("train.threads",)
-        )
+        return self.fingerprint(*self.experiment_sections(), "seed", exclude=("train.threads",))
+
+    def experiment_sections(self) -> tuple[str, ...]:
+        """The sections that define the experiment: [faults] and [guards] only where they differ from their
+        defaults, so that adding them kept every earlier run's fingerprint."""
+        optional = tuple(s for s in OPTIONAL_SECTIONS if getattr(self, s) != SECTIONS[s]())
+        return ("data", "model", "train", "method", "eval", *optional)
 
 
 SECTIONS: dict[str, type] = {
@@ -142,7 +193,11 @@ SECTIONS: dict[str, type] = {
     "train": TrainConfig,
     "method": MethodConfig,
     "eval": EvalConfig,
+    "faults": FaultsConfig,
+    "guards": GuardsConfig,
 }
+#: Sections written to TOML and fingerprinted only when they differ from their defaults.
+OPTIONAL_SECTIONS = ("faults", "guards")
 TOP_LEVEL = {"seed": int, "out": (str, type(None)), "name": (str, type(None))}
 
 CHOICES: dict[tuple[str, str], tuple[Any, ...]] = {
@@ -173,7 +228,7 @@ def _coerce(section: str, name: str, value: Any, annotation: str) -> Any:
     if base.startswith("dict"):
         if not isinstance(value, dict):
             raise ConfigError(f"{where}={value!r} must be a table/dict, e.g. {where}.alpha=0.1")
-        return dict(value)
+        return _table(where, value)
     if base == "float|int":
         if isinstance(value, bool) or not isinstance(value, int | float):
             raise ConfigError(f"{where}={value!r} must be a number")
@@ -205,6 +260,33 @@ def _coerce(section: str, name: str, value: Any, annotation: str) -> Any:
             raise ConfigError(f"{where}={value!r} must be a string")
         return value
     return value
+
+
+def _table(where: str, table: dict[Any, Any]) -> dict[str, Any]:
+    """A table value (e.g. method.params) as TOML can hold it: string keys; booleans, numbers, strings,
+    lists and tables as values. An entry set to None is dropped: None means the method's default."""
+    out: dict[str, Any] = {}
+    for key, value in table.items():
+        if not isinstance(key, str):
+            raise ConfigError(f"{where} has the key {key!r}; keys must be strings")
+        if value is None:
+            continue
+        out[key] = (
+            _table(f"{where}.{key}", value) if isinstance(value, dict) else _plain(f"{where}.{key}", value)
+        )
+    return out
+
+
+def _plain(where: str, value: Any) -> Any:
+    if isinstance(value, dict):
+        return _table(where, value)
+    if isinstance(value, list | tuple):
+        return [_plain(where, v) for v in value]
+    if isinstance(value, bool | int | float | str):
+        return value
+    raise ConfigError(
+        f"{where}={value!r} is a {type(value).__name__}; use a boolean, number, string, list or table"
+    )
 
 
 def _check_ranges(cfg: ExperimentConfig) -> None:
@@ -267,6 +349,40 @@ def _check_ranges(cfg: ExperimentConfig) -> None:
     need(e.batch_size >= 1, f"eval.batch_size={e.batch_size} must be >= 1")
     need(e.checkpoint_every >= 0, f"eval.checkpoint_every={e.checkpoint_every} must be >= 0")
     need(0.0 < e.bcf_alpha <= 1.0, f"eval.bcf_alpha={e.bcf_alpha} must be in (0, 1]")
+    _check_faults(cfg)
+    g = cfg.guards
+    for key in ("update_norm_factor", "num_examples_factor"):
+        v = getattr(g, key)
+        need(v is None or v > 1.0, f"guards.{key}={v} must be > 1 (a multiple of the median), or omitted")
+    need(
+        g.max_num_examples is None or g.max_num_examples >= 1,
+        f"guards.max_num_examples={g.max_num_examples} must be >= 1 (or omitted for no bound)",
+    )
+    need(
+        g.max_all_rejected_rounds >= 0,
+        f"guards.max_all_rejected_rounds={g.max_all_rejected_rounds} must be >= 0 (0 = never stop)",
+    )
+
+
+def _check_faults(cfg: ExperimentConfig) -> None:
+    f, n = cfg.faults, cfg.data.clients
+    for key, behaviour in list(f.clients.items()):
+        if isinstance(behaviour, float) and math.isnan(behaviour):  # --set faults.clients.0=nan reads NaN
+            f.clients[key] = behaviour = "nan"
+        if not (isinstance(key, str) and key.isascii() and key.isdigit() and int(key) < n):
+            raise ConfigError(
+                f"faults.clients has key {key!r}; keys are client ids 0..{n - 1}, e.g. faults.clients.0=noise"
+            )
+        if behaviour not in FAULT_BEHAVIOURS:
+            raise ConfigError(
+                f"faults.clients.{key}={behaviour!r} is not a fault; choose one of {list(FAULT_BEHAVIOURS)}"
+            )
+    if not f.factor > 0:
+        raise ConfigError(f"faults.factor={f.factor} must be > 0")
+    if not f.noise_std > 0:
+        raise ConfigError(f"faults.noise_std={f.noise_std} must be > 0")
+    if f.from_round < 1:
+        raise ConfigError(f"faults.from_round={f.from_round} must be >= 1")
 
 
 def from_dict(raw: dict[str, Any]) -> ExperimentConfig:
@@ -329,6 +445,8 @@ def load_config_text(text: str, source: str = "the config") -> ExperimentConfig:
         raw = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{source} is not valid TOML: {exc}") from exc
+    except RecursionError as exc:
+        raise ConfigError(f"{source} nests values too deeply to be read") from exc
     return from_dict(raw)
 
 
@@ -339,6 +457,8 @@ def parse_value(text: str) -> Any:
     """Parse a CLI value as a TOML literal (int, float, bool, list, string); bare words stay strings."""
     try:
         return tomllib.loads(f"v = {text}")["v"]
+    except RecursionError as exc:
+        raise ConfigError(f"the value {text[:20]!r}... nests too deeply to be read") from exc
     except tomllib.TOMLDecodeError:
         low = text.strip().lower()
         if low in ("none", "null"):
@@ -370,8 +490,11 @@ def apply_override(cfg: ExperimentConfig, dotted: str, value: Any) -> None:
             if not isinstance(table, dict):
                 raise ConfigError(f"{sec}.{key} is not a table; cannot set {dotted}")
             node = table
-            for part in rest[:-1]:
+            for depth, part in enumerate(rest[:-1]):
                 node = node.setdefault(part, {})
+                if not isinstance(node, dict):
+                    inner = ".".join([sec, key, *rest[: depth + 1]])
+                    raise ConfigError(f"{inner} is {node!r}, not a table; cannot set {dotted}")
             node[rest[-1]] = value
         else:
             if key not in raw[sec]:
@@ -406,7 +529,7 @@ def _toml_value(v: Any) -> str:
     if isinstance(v, int | float):
         return repr(v)
     if isinstance(v, str):
-        return json.dumps(v)
+        return json.dumps(v, ensure_ascii=False)  # a surrogate-pair escape is not valid TOML
     if isinstance(v, list | tuple):
         return "[" + ", ".join(_toml_value(x) for x in v) + "]"
     if isinstance(v, dict):
@@ -415,7 +538,8 @@ def _toml_value(v: Any) -> str:
 
 
 def _toml_key(k: str) -> str:
-    return k if k.replace("_", "").replace("-", "").isalnum() else json.dumps(k)
+    bare = k.isascii() and k.replace("_", "").replace("-", "").isalnum()  # TOML's bare keys: ASCII only
+    return k if bare else json.dumps(k, ensure_ascii=False)
 
 
 def to_toml(cfg: ExperimentConfig) -> str:
@@ -426,6 +550,8 @@ def to_toml(cfg: ExperimentConfig) -> str:
         if d[key] is not None:
             lines.append(f"{key} = {_toml_value(d[key])}")
     for sec in SECTIONS:
+        if sec in OPTIONAL_SECTIONS and sec not in cfg.experiment_sections():
+            continue
         lines.append(f"\n[{sec}]")
         for k, v in d[sec].items():
             if v is not None:

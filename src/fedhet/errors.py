@@ -32,3 +32,7 @@ class ProtocolError(FedhetError, ValueError):
 
 class RunDirectoryError(FedhetError, OSError):
     """A run directory cannot be used: it holds a run that would be lost, or another process is using it."""
+
+
+class TrainingDivergedError(FedhetError, RuntimeError):
+    """A run stopped because no update could be used (e.g. every one non-finite, round after round)."""

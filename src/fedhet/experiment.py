@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from fedhet.algorithms import build_strategy
-from fedhet.config import ExperimentConfig
+from fedhet.config import ExperimentConfig, FaultsConfig, GuardsConfig
 from fedhet.engine.protocol import Strategy
 from fedhet.engine.simulation import Simulation
 
@@ -64,6 +64,9 @@ def standalone_accuracies(
             return cached
     sub = cfg.copy()
     sub.method.name, sub.method.params = "standalone", {}
+    # The reference is what each client's own data is worth: honest clients, no server guards (the key
+    # leaves [faults] and [guards] out for this reason).
+    sub.faults, sub.guards = FaultsConfig(), GuardsConfig()
     sub.eval.fairness = False
     sub.eval.every = sub.train.rounds
     strategy = build_strategy(sub.method.name, sub.method.params)

@@ -20,6 +20,8 @@ After warm-up c is frozen at c^{T_w}, the full model is sent and aggregated with
   baseline probe, for newcomers and for evaluation.
 - Probe defaults: 200 Adam steps, lr 0.05, λ = 1e-3, init N(0, 1) in normalized input space, no clamping;
   the probe noise comes from a generator derived from (seed, round), so runs are bit-reproducible.
+- ``evidence_scale='median'`` (off by default): each model's evidence divided by its own median logit, so
+  a hostile random or scaled model cannot capture the weights (docs/robustness.md).
 - Clients missing in a warm-up round keep their previous weight; the present clients share the mass they
   held before, c_i^t = β c_i^{t−1} + (1 − β) c̄_i · Σ_{j present} c_j^{t−1}, so c stays on the simplex;
   aggregation renormalises c over the clients present in the round.
@@ -47,6 +49,7 @@ from fedhet.errors import ConfigError
 log = logging.getLogger("fedhet")
 
 INITIAL_CONTRIBUTIONS = ("uniform", "first")
+EVIDENCE_SCALES = ("off", "median")
 PROBE_BACKBONES = ("client", "global")
 #: Stream id of the probe noise, apart from the engine's seed purposes (fedhet.engine.seeds.PURPOSE).
 PROBE_STREAM = 0xCE1
@@ -59,6 +62,18 @@ def warmup_rounds(warmup_fraction: float, rounds: int) -> int:
     """T_w = ⌈warmup_fraction · T⌉ (methods.md §1.1); at most T."""
     # The small tolerance keeps 0.05 · 100 = 5.000000000000001 from becoming 6.
     return min(rounds, math.ceil(warmup_fraction * rounds - 1e-9))
+
+
+def rescale_evidence(evidence: np.ndarray, how: str = "off") -> np.ndarray:
+    """[ours] ``how='median'``: each model's maximised logits (a row of the (M, K) evidence) divided by their
+    median over classes, |median| floored at 1e-8, so that only class-specific evidence remains. A random or
+    scaled model has large logits for every class (the faithful estimate hands it most of the weight);
+    divided by its own scale its row is flat, near the baseline, and debiases to ~0. ``'off'``: unchanged."""
+    e = np.asarray(evidence, dtype=np.float64)
+    if how == "off":
+        return e.copy()
+    scale = np.maximum(np.abs(np.median(e, axis=1, keepdims=True)), 1e-8)
+    return e / scale
 
 
 def baseline_from_global(global_logits: np.ndarray, per_class: bool = False) -> float | np.ndarray:
@@ -171,7 +186,8 @@ class CELM(FedAvg):
     ``probe_steps`` (200), ``probe_lr`` (0.05), ``probe_l2`` (λ, 1e-3), ``probe_init_scale`` (1.0),
     ``probe_impl`` ('batched' | 'vmap' | 'loop'), ``per_class_baseline`` (False), ``initial_contributions``
     ('uniform' c^0 = 1/N | 'first' c^1 = c̄^1), ``epsilon`` (1e-8), ``probe_backbone`` ('client', the
-    paper | 'global' [ours]: each client's head on the previous global backbone), ``reward`` (as FedAvg).
+    paper | 'global' [ours]: each client's head on the previous global backbone), ``evidence_scale``
+    ('off', the paper | 'median' [ours]: robust to random or scaled models), ``reward`` (as FedAvg).
     CELM uses no client sizes or class counts: only the models the clients send.
     """
 
@@ -190,6 +206,7 @@ class CELM(FedAvg):
         initial_contributions: str = "uniform",
         epsilon: float = 1e-8,
         probe_backbone: str = "client",
+        evidence_scale: str = "off",
         reward: str = "local",
     ) -> None:
         super().__init__(weighting="samples", reward=reward)
@@ -200,7 +217,7 @@ class CELM(FedAvg):
             "ema_momentum", ema_momentum, 0.0, 1.0, hint="β of the EMA, the paper uses 0.5"
         )
         self.probe_steps = check_integer("probe_steps", probe_steps, 1, hint="default 200")
-        self.probe_lr = check_number("probe_lr", probe_lr, 0.0, low_open=True, hint="default 0.05")
+        self.probe_lr = check_number("probe_lr", probe_lr, 0.0, 1e6, low_open=True, hint="default 0.05")
         self.probe_l2 = check_number("probe_l2", probe_l2, 0.0, hint="λ, default 1e-3")
         self.probe_init_scale = check_number(
             "probe_init_scale", probe_init_scale, 0.0, low_open=True, hint="std of the start noise, 1.0"
@@ -220,6 +237,13 @@ class CELM(FedAvg):
             PROBE_BACKBONES,
             hint="'client': probe each client's own model, the paper; 'global': its head on the previous "
             "global backbone",
+        )
+        self.evidence_scale = check_choice(
+            "evidence_scale",
+            evidence_scale,
+            EVIDENCE_SCALES,
+            hint="'off': the paper; 'median': each model's logits divided by their median over classes "
+            "(robust to random or scaled models, docs/robustness.md)",
         )
         self.warmup = 0
         self.contribution = np.zeros(0)
@@ -308,7 +332,7 @@ class CELM(FedAvg):
 
     def _estimate(self, rnd: int, ids: list[int], replies: Mapping[int, Reply]) -> None:
         states = self.probed_states(ids, replies)
-        evidence = self.probe(states, rnd).cpu().double().numpy()
+        evidence = rescale_evidence(self.probe(states, rnd).cpu().double().numpy(), self.evidence_scale)
         global_logits, raw = evidence[0], evidence[1:]
         momentum = self.ema_momentum
         if self.estimates == 0 and self.initial_contributions == "first":

@@ -201,6 +201,8 @@ class FedAvg(Strategy):
         self.model: nn.Module | None = None
         #: The last weights each client sent (the local-model rewards); filled when ``reward='local'``.
         self.local_weights: dict[int, Weights] = {}
+        #: Each replying client's share of the last average (``aggregation_weights`` in metrics.jsonl).
+        self.round_weights: dict[int, float] = {}
 
     # -- life cycle ---------------------------------------------------------------------------------------
     def setup(self, info: FederationInfo) -> None:
@@ -234,6 +236,9 @@ class FedAvg(Strategy):
         if float(np.sum(p)) <= 0:
             p = self.all_zero_weights(rnd, ids)
         self.model.load_state_dict(weighted_average([replies[c].weights for c in ids], p))
+        # What each client weighed in this round's average (reported in metrics.jsonl).
+        shares = np.asarray(p, dtype=np.float64) / float(np.sum(p))
+        self.round_weights = dict(zip(ids, shares.tolist(), strict=True))
 
     def all_zero_weights(self, rnd: int, ids: list[int]) -> np.ndarray:
         """The weights used when every replying client's p_i is 0: uniform."""
@@ -268,9 +273,14 @@ class FedAvg(Strategy):
         return accs if any(math.isfinite(a) for a in accs) else None
 
     def round_metrics(self, rnd: int) -> dict[str, Any]:
-        """The contribution weights, when the method estimates them."""
+        """The contribution weights, when the method estimates them, and each replying client's share of
+        this round's average (``aggregation_weights``, client id → weight)."""
         c = self.contributions()
-        return {"contributions": [float(v) for v in c]} if c is not None else {}
+        out: dict[str, Any] = {"contributions": [float(v) for v in c]} if c is not None else {}
+        if getattr(self, "round_weights", None):
+            out["aggregation_weights"] = {str(k): v for k, v in self.round_weights.items()}
+            self.round_weights = {}
+        return out
 
     # -- state ----------------------------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:

@@ -11,6 +11,7 @@ from types import SimpleNamespace
 
 from torch import Tensor
 
+from fedhet.engine.faults import Fault, apply_fault, refuse_to_train
 from fedhet.engine.protocol import (
     ACTION_KEY,
     DESCRIBE,
@@ -61,12 +62,19 @@ def start_weights(ins: Instruction, kept: Mapping[str, Tensor] | None, keys: Col
 
 
 def run_client(
-    trainer: Trainer, instruction: Instruction, state: ClientState, data: ClientData, context: TrainContext
+    trainer: Trainer,
+    instruction: Instruction,
+    state: ClientState,
+    data: ClientData,
+    context: TrainContext,
+    fault: Fault | None = None,
 ) -> tuple[Reply, ClientState]:
     """Follow one instruction: describe the client, or train from the start weights. Returns the reply and
-    the client's new state (``state`` itself is left unchanged)."""
+    the client's new state (``state`` itself is left unchanged). An injected ``fault`` (fedhet.engine.faults)
+    alters only what is sent; the state the client keeps is its honest one."""
     if instruction.config.get(ACTION_KEY) == DESCRIBE:
-        return trainer.describe(data), state
+        return apply_fault(fault, trainer.describe(data), {}), state
+    refuse_to_train(fault)
     model = context.model
     start = start_weights(instruction, state.weights, model.state_dict().keys())
     update = LocalUpdate(
@@ -79,4 +87,4 @@ def run_client(
         scratch=SimpleNamespace(),
     )
     reply = trainer.fit(update)
-    return reply, update.state
+    return apply_fault(fault, reply, start), update.state

@@ -10,13 +10,14 @@ the Flower adapter (``fedhet.flower``) gives it Flower's Grid. The same config a
 
 from __future__ import annotations
 
+import copy
 import json
 import logging
 import math
 import os
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -29,10 +30,11 @@ from fedhet.config import ExperimentConfig, to_toml
 from fedhet.engine import checkpoint as ckpt
 from fedhet.engine.boundary import check_description, check_reply, check_transport
 from fedhet.engine.evaluation import evaluate_model
+from fedhet.engine.guards import guard_updates, model_is_finite
 from fedhet.engine.protocol import LR_KEY, FederationInfo, Instruction, Reply, Strategy
 from fedhet.engine.rundir import claim_run_dir, write_atomic
 from fedhet.engine.seeds import derived_rng, model_seed
-from fedhet.errors import CheckpointError, ClientUpdateError, ConfigError
+from fedhet.errors import CheckpointError, ClientUpdateError, ConfigError, TrainingDivergedError
 
 log = logging.getLogger("fedhet")
 
@@ -147,6 +149,18 @@ def _read_rounds(path: Path, last_round: int) -> list[dict[str, Any]]:
     return kept
 
 
+def zero_rejected(contributions: Sequence[float], rejected: Iterable[int]) -> list[float]:
+    """The contributions a round reports: 0 for a client whose update was rejected in that round, or that
+    failed (not the weight it held before, e.g. CELM's 1/N); on the simplex the others sum to 1 again."""
+    c = np.asarray(contributions, dtype=np.float64).copy()
+    total = float(c.sum())
+    c[list(rejected)] = 0.0
+    kept = float(c.sum())
+    if abs(total - 1.0) < 1e-6 and kept > 0:
+        c /= kept
+    return [float(v) for v in c]
+
+
 # --------------------------------------------------------------------------------------------------------
 # The loop
 # --------------------------------------------------------------------------------------------------------
@@ -228,6 +242,8 @@ class RoundLoop:
         self.history: list[dict[str, Any]] = []
         self.timings: list[dict[str, float]] = []
         self.start_round = 1
+        #: Consecutive rounds in which every reply was rejected (guards.max_all_rejected_rounds).
+        self.unusable_rounds = 0
 
     def model_factory(self) -> nn.Module:
         """A fresh model of the run's architecture on the run's device."""
@@ -273,6 +289,12 @@ class RoundLoop:
         for cid in sorted(replies):
             try:
                 check_description(cid, replies[cid], self.fed.num_classes)
+                bound = self.cfg.guards.max_num_examples
+                if bound is not None and replies[cid].num_examples > bound:
+                    raise ClientUpdateError(
+                        f"client {cid} described num_examples={replies[cid].num_examples}, above "
+                        f"guards.max_num_examples={bound}"
+                    )
             except ClientUpdateError as exc:
                 log.warning("round 0: rejected the description of client %d: %s", cid, exc)
                 continue
@@ -296,24 +318,34 @@ class RoundLoop:
         replies: dict[int, Reply] = {}
         rejected: dict[int, str] = {}
         reference = self.template.state_dict()
-        losses, weights = [], []
         for cid in sorted(received):  # client-id order: results do not depend on arrival order
-            reply = received[cid]
             try:
-                check_reply(cid, reply, reference)
+                check_reply(cid, received[cid], reference)
             except ClientUpdateError as exc:
-                log.warning("round %d: rejected the update of client %d: %s", rnd, cid, exc)
                 rejected[cid] = str(exc)
                 continue
-            replies[cid] = reply
-            if "train_loss" in reply.metrics and math.isfinite(reply.metrics["train_loss"]):
-                losses.append(reply.metrics["train_loss"])
-                weights.append(max(reply.num_examples, 1))
+            replies[cid] = received[cid]
+        guarded = guard_updates(replies, outgoing, cfg.guards)
+        for cid in guarded:
+            del replies[cid]
+        rejected.update(guarded)
+        for cid, reason in sorted(rejected.items()):
+            log.warning("round %d: rejected the update of client %d: %s", rnd, cid, reason)
         for cid, reason in sorted(failures.items()):
             log.warning("round %d: client %d failed: %s", rnd, cid, reason)
+        self._count_unusable_rounds(rnd, replies, {**failures, **rejected})
+        # The strategy's state before this round, to undo an aggregate that turns the global model
+        # non-finite (finite updates can still overflow); one copy of the server's state per round.
+        snapshot = copy.deepcopy(self.strategy.state_dict()) if cfg.guards.rollback_non_finite else None
         self.strategy.before_aggregate(rnd, replies)
         self.strategy.aggregate(rnd, replies)
         self.strategy.after_aggregate(rnd, replies)
+        rolled_back = snapshot is not None and not model_is_finite(self.strategy.global_model())
+        if rolled_back:
+            log.warning("round %d: the aggregated global model is not finite; the round is undone", rnd)
+            self.strategy.load_state_dict(snapshot)
+        losses = [(r.metrics["train_loss"], max(r.num_examples, 1)) for r in replies.values()]
+        losses = [(v, n) for v, n in losses if isinstance(v, float) and math.isfinite(v)]
         line: dict[str, Any] = {"round": rnd, "lr": lr, "clients": sorted(replies)}
         if dropped:
             line["dropped"] = dropped
@@ -321,9 +353,27 @@ class RoundLoop:
             line["rejected"] = {str(k): v for k, v in rejected.items()}
         if failures:
             line["failed"] = {str(k): v for k, v in sorted(failures.items())}
+        if rolled_back:
+            line["rolled_back"] = "the aggregated global model was not finite"
         if losses:
-            line["train_loss"] = float(np.average(losses, weights=weights))
+            line["train_loss"] = float(np.average([v for v, _ in losses], weights=[n for _, n in losses]))
         return line
+
+    def _count_unusable_rounds(self, rnd: int, replies: Mapping[int, Reply], lost: Mapping[int, str]) -> None:
+        """Stop the run when every reply of ``guards.max_all_rejected_rounds`` consecutive rounds (or of
+        every round of a shorter run) was rejected or never came (``lost``: client → reason): it would
+        otherwise exit 0 having trained nothing (e.g. a train.lr that overflows)."""
+        limit = self.cfg.guards.max_all_rejected_rounds
+        self.unusable_rounds = self.unusable_rounds + 1 if lost and not replies else 0
+        whole_run = rnd == self.cfg.train.rounds and self.unusable_rounds == rnd
+        if limit and (self.unusable_rounds >= limit or whole_run):
+            cid, reason = min(lost.items())
+            raise TrainingDivergedError(
+                f"every update of rounds {rnd - self.unusable_rounds + 1}..{rnd} was rejected or failed "
+                f"(e.g. client {cid}: {reason}); nothing is being trained. Lower train.lr or "
+                "train.weight_decay if the updates are non-finite, or loosen [guards]; "
+                "guards.max_all_rejected_rounds=0 never stops"
+            )
 
     # -- evaluation -------------------------------------------------------------------------------------
     @property
@@ -376,6 +426,7 @@ class RoundLoop:
             "clients": self.transport.state_dict(),
             "strategy_rng": self.info.rng.bit_generator.state,
             "config_hash": self.cfg.run_fingerprint(),
+            "unusable_rounds": self.unusable_rounds,
         }
         ckpt.save_checkpoint(ckpt.checkpoint_dir(self.run_dir, rnd), state)
         ckpt.prune_checkpoints(self.run_dir, keep=2)
@@ -401,6 +452,7 @@ class RoundLoop:
         self.transport.load_state_dict(state["clients"])
         self.info.rng.bit_generator.state = state["strategy_rng"]
         self.start_round = int(state["round"]) + 1
+        self.unusable_rounds = int(state.get("unusable_rounds", 0))
         # Lines after the checkpoint's round are dropped (they are run again), a torn last line included.
         self.history = _read_rounds(self.run_dir / "metrics.jsonl", int(state["round"]))
         self.timings = _read_rounds(self.run_dir / "timings.jsonl", int(state["round"]))
@@ -445,6 +497,9 @@ class RoundLoop:
                 line.update(self.evaluate(rnd))
                 timing["eval_s"] = time.perf_counter() - te
             line.update(self.strategy.round_metrics(rnd))
+            lost = [int(c) for key in ("rejected", "failed") for c in line.get(key, {})]
+            if "contributions" in line and lost:
+                line["contributions"] = zero_rejected(line["contributions"], lost)
             self.history.append(line)
             self.timings.append(timing)
             if self.run_dir is not None:

@@ -20,6 +20,7 @@ PURPOSE = {
     "strategy": 7,
     "model": 8,
     "test_subset": 9,
+    "fault": 10,
 }
 
 

@@ -20,6 +20,7 @@ from torch import Tensor, nn
 
 from fedhet.config import ExperimentConfig
 from fedhet.engine.client import describe_instruction, run_client
+from fedhet.engine.faults import fault_for
 from fedhet.engine.protocol import (
     ClientData,
     ClientState,
@@ -191,7 +192,14 @@ class InProcessClients(Transport):
     def describe(self, client_ids: Sequence[int]) -> tuple[dict[int, Reply], Failures]:
         ins = describe_instruction()
         return {
-            cid: run_client(self.trainer, ins, self.states[cid], self.clients[cid], self.context(0, cid))[0]
+            cid: run_client(
+                self.trainer,
+                ins,
+                self.states[cid],
+                self.clients[cid],
+                self.context(0, cid),
+                fault_for(self.cfg, cid, 0),
+            )[0]
             for cid in client_ids
         }, {}
 
@@ -204,7 +212,10 @@ class InProcessClients(Transport):
         for cid in sorted(instructions):
             try:
                 data, context = self.clients[cid], self.context(rnd, cid)
-                reply, state = run_client(self.trainer, instructions[cid], self.states[cid], data, context)
+                fault = fault_for(self.cfg, cid, rnd)
+                reply, state = run_client(
+                    self.trainer, instructions[cid], self.states[cid], data, context, fault
+                )
             except ConfigError:
                 raise
             except Exception as exc:  # noqa: BLE001 - any error inside one client's training

@@ -29,6 +29,7 @@ from flwr.clientapp import ClientApp
 
 from fedhet.config import ExperimentConfig, load_config_text
 from fedhet.engine.client import describe_instruction, run_client
+from fedhet.engine.faults import fault_for
 from fedhet.engine.protocol import ClientData, TrainContext, Trainer
 from fedhet.engine.rounds import resolve_device
 from fedhet.engine.seeds import derived_torch_generator
@@ -177,7 +178,8 @@ def describe(message: Message, context: Context) -> Message:
     """The round-0 exchange: this node's description and who it is."""
     rt = _runtime(message, context)
     ctx = TrainContext(0, torch.Generator(), rt.device, rt.cfg.train, rt.model, shared=None)
-    reply, _ = run_client(rt.trainer, describe_instruction(), load_state(context.state), rt.data, ctx)
+    fault = fault_for(rt.cfg, rt.cid, 0)
+    reply, _ = run_client(rt.trainer, describe_instruction(), load_state(context.state), rt.data, ctx, fault)
     content = reply_to_content(reply)
     content[NODE_RECORD] = ConfigRecord(
         {
@@ -201,9 +203,9 @@ def train(message: Message, context: Context) -> Message:
         model=rt.model,
         shared=None,  # no memory shared with other clients on Flower
     )
-    reply, state = run_client(
-        rt.trainer, content_to_instruction(message.content), load_state(context.state), rt.data, ctx
-    )
+    instruction = content_to_instruction(message.content)
+    fault = fault_for(rt.cfg, rt.cid, rnd)  # injected faults (robustness experiments) act on the node
+    reply, state = run_client(rt.trainer, instruction, load_state(context.state), rt.data, ctx, fault)
     store_state(state, context.state)
     return Message(reply_to_content(reply), reply_to=message)
 

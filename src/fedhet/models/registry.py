@@ -159,7 +159,16 @@ def build_model(name: str, input_shape: tuple[int, int, int], num_classes: int, 
             f"model {name!r} does not take parameter(s) {unknown}; accepted: {accepted or 'none'}"
         )
     check_model_args(input_shape, num_classes)
-    return builder(tuple(input_shape), num_classes, **params)
+    try:
+        return builder(tuple(input_shape), num_classes, **params)
+    except ConfigError:
+        raise
+    except (TypeError, ValueError, RuntimeError, OverflowError, MemoryError) as exc:
+        # e.g. hidden_sizes=[10**20] (beyond int64) or sizes too large to allocate
+        raise ConfigError(
+            f"model {name!r} cannot be built with parameters {params}: {type(exc).__name__}: "
+            f"{str(exc).splitlines()[0] if str(exc) else ''}; check model.params"
+        ) from exc
 
 
 def count_parameters(model: nn.Module) -> int:

@@ -1,0 +1,257 @@
+"""Hostile and broken clients: injected faults ([faults]), the server's update guards ([guards]), the
+rollback of a non-finite global model, the stop when nothing can be trained, and what rejected clients
+are reported to weigh. Expected values are computed by hand from the definitions in docs/robustness.md."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from fedhet.algorithms.celm import rescale_evidence
+from fedhet.algorithms.fedavg import FedAvg
+from fedhet.cli import main
+from fedhet.config import ExperimentConfig, apply_override, from_dict, load_config_text, to_toml
+from fedhet.engine.faults import Fault, InjectedFault, apply_fault, fault_for, refuse_to_train
+from fedhet.engine.guards import guard_updates, model_is_finite, update_norm
+from fedhet.engine.protocol import Instruction, Reply
+from fedhet.engine.rounds import zero_rejected
+from fedhet.errors import ConfigError, TrainingDivergedError
+from fedhet.experiment import make_simulation
+
+torch.set_num_threads(1)
+
+
+@pytest.fixture(autouse=True)
+def _tmp_cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("FEDHET_CACHE", str(tmp_path / "cache"))
+
+
+def digits_config(clients: int = 5, rounds: int = 3, **sets) -> ExperimentConfig:
+    cfg = ExperimentConfig()
+    cfg.data.dataset, cfg.data.split, cfg.data.clients = "digits", "iid", clients
+    cfg.train.rounds, cfg.train.local_steps, cfg.train.threads = rounds, 3, 1
+    cfg.eval.fairness = False
+    for key, value in sets.items():
+        apply_override(cfg, key.replace("__", "."), value)
+    return cfg
+
+
+def lines_of(run_dir) -> list[dict]:
+    return [json.loads(s) for s in (run_dir / "metrics.jsonl").read_text().splitlines()]
+
+
+# -- the faults themselves -----------------------------------------------------------------------------------
+def fault(behaviour: str, factor: float = 100.0, noise_std: float = 1.0) -> Fault:
+    return Fault(behaviour, factor, noise_std, torch.Generator().manual_seed(3))
+
+
+START = {"w": torch.tensor([1.0, 2.0]), "n": torch.tensor(4)}
+TRAINED = Reply(weights={"w": torch.tensor([1.5, 1.0]), "n": torch.tensor(5)}, num_examples=30)
+
+
+@pytest.mark.parametrize(
+    ("behaviour", "expected"),
+    [
+        ("scale", [1.0 + 10 * 0.5, 2.0 + 10 * -1.0]),  # start + factor · (trained − start)
+        ("sign-flip", [1.0 - 0.5, 2.0 + 1.0]),  # start − (trained − start)
+        ("stale", [1.0, 2.0]),  # the model it was sent
+    ],
+)
+def test_update_faults_follow_their_definitions_and_leave_integer_buffers(behaviour, expected):
+    out = apply_fault(fault(behaviour, factor=10.0), TRAINED, START)
+    assert out.weights["w"].tolist() == expected
+    assert out.weights["n"].item() == 5 and out.num_examples == 30
+
+
+def test_nan_noise_and_lying_faults():
+    assert torch.isnan(apply_fault(fault("nan"), TRAINED, START).weights["w"]).all()
+    assert apply_fault(fault("lie-num-examples", factor=7.0), TRAINED, START).num_examples == 210
+    big = Reply(weights={"w": torch.zeros(20000)}, num_examples=1)
+    noisy = apply_fault(fault("noise", noise_std=0.5), big, {"w": torch.zeros(20000)}).weights["w"]
+    assert abs(noisy.std().item() - 0.5) < 0.01 and abs(noisy.mean().item()) < 0.01
+    again = apply_fault(fault("noise", noise_std=0.5), big, {"w": torch.zeros(20000)}).weights["w"]
+    assert torch.equal(noisy, again)  # seeded: a rerun injects the same noise
+    assert apply_fault(None, TRAINED, START) is TRAINED
+    for behaviour in ("crash", "drop"):
+        with pytest.raises(InjectedFault, match=behaviour):
+            refuse_to_train(fault(behaviour))
+
+
+def test_fault_for_names_the_client_the_rounds_and_the_description():
+    cfg = digits_config(faults__clients={"1": "scale", "2": "lie-num-examples"}, faults__from_round=3)
+    assert fault_for(cfg, 0, 5) is None
+    assert fault_for(cfg, 1, 2) is None and fault_for(cfg, 1, 3).behaviour == "scale"
+    assert fault_for(cfg, 1, 0) is None  # a description carries only a lie about its size
+    assert fault_for(cfg, 2, 0).behaviour == "lie-num-examples"
+
+
+def test_fault_and_guard_settings_are_validated_and_round_trip_through_toml():
+    cfg = digits_config()
+    apply_override(cfg, "faults.clients.0", "nan")  # read as the float NaN by the TOML parser
+    assert cfg.faults.clients == {"0": "nan"}
+    assert load_config_text(to_toml(cfg)).to_dict() == cfg.to_dict()
+    for key, value, match in [
+        ("faults.clients.9", "noise", "client ids 0..4"),
+        ("faults.clients.0", "explode", "not a fault"),
+        ("faults.factor", "0", "factor"),
+        ("guards.update_norm_factor", "0.5", "must be > 1"),
+        ("guards.max_num_examples", "0", "max_num_examples"),
+    ]:
+        with pytest.raises(ConfigError, match=match):
+            apply_override(digits_config(), key, value)
+
+
+def test_default_faults_and_guards_leave_the_fingerprint_and_the_toml_as_before():
+    cfg = digits_config()
+    before = cfg.fingerprint("data", "model", "train", "method", "eval", "seed", exclude=("train.threads",))
+    assert cfg.run_fingerprint() == before  # resumes and cached cells of earlier runs stay valid
+    assert "[faults]" not in to_toml(cfg) and "[guards]" not in to_toml(cfg)
+    assert (
+        from_dict({"faults": {"clients": {"0": "stale"}}}).run_fingerprint()
+        != from_dict({}).run_fingerprint()
+    )
+
+
+# -- end to end in the embedded engine -----------------------------------------------------------------------
+def test_failing_and_non_finite_clients_are_recorded_and_the_rounds_go_on(tmp_path):
+    cfg = digits_config(faults__clients={"0": "crash", "1": "drop", "2": "nan"})
+    make_simulation(cfg, run_dir=tmp_path / "run").run()
+    for line in lines_of(tmp_path / "run"):
+        assert line["clients"] == [3, 4]
+        assert sorted(line["failed"]) == ["0", "1"] and "crash" in line["failed"]["0"]
+        assert "non-finite" in line["rejected"]["2"]
+        assert math.isfinite(line["accuracy"])
+
+
+def test_a_lying_client_captures_fedavg_by_its_claimed_size(tmp_path):
+    cfg = digits_config(faults__clients={"0": "lie-num-examples"}, faults__factor=50.0, eval__every=3)
+    make_simulation(cfg, run_dir=tmp_path / "run").run()
+    sizes = json.loads((tmp_path / "run" / "partition.json").read_text())["sizes"]
+    claimed = 50 * sizes[0]
+    expected = claimed / (claimed + sum(sizes[1:]))  # n_i / Σ n_j with the lie
+    share = lines_of(tmp_path / "run")[-1]["aggregation_weights"]["0"]
+    assert share == pytest.approx(expected, rel=1e-12) and share > 0.9
+
+
+def test_the_guards_reject_scaled_and_lying_clients_and_nothing_else(tmp_path):
+    guards = {"guards__update_norm_factor": 10.0, "guards__num_examples_factor": 10.0}
+    clean = digits_config(**guards)
+    make_simulation(clean, run_dir=tmp_path / "clean").run()
+    assert all("rejected" not in line for line in lines_of(tmp_path / "clean"))
+    hostile = digits_config(faults__clients={"0": "scale", "1": "lie-num-examples"}, **guards)
+    make_simulation(hostile, run_dir=tmp_path / "hostile").run()
+    for line in lines_of(tmp_path / "hostile"):
+        assert line["clients"] == [2, 3, 4]
+        assert "update norm" in line["rejected"]["0"] and "num_examples" in line["rejected"]["1"]
+    unguarded = digits_config(faults__clients={"0": "scale"})
+    make_simulation(unguarded, run_dir=tmp_path / "unguarded").run()
+    assert all(0 in line["clients"] for line in lines_of(tmp_path / "unguarded"))
+
+
+class NaNAfterRound2(FedAvg):
+    """FedAvg whose aggregate turns the global model non-finite in round 2 (a stand-in for any overflow)."""
+
+    name = "fedavg"
+
+    def after_aggregate(self, rnd, replies):
+        if rnd == 2:
+            with torch.no_grad():
+                next(self.model.parameters()).fill_(float("nan"))
+
+
+def test_a_non_finite_global_model_rolls_its_round_back(tmp_path):
+    cfg = digits_config(rounds=3)
+    sim = make_simulation(cfg, strategy=NaNAfterRound2(), run_dir=tmp_path / "run")
+    sim.run()
+    first, second, third = lines_of(tmp_path / "run")
+    assert "rolled_back" in second and "rolled_back" not in first and "rolled_back" not in third
+    # Undone: round 2 evaluates round 1's model, and round 3 trains on from it.
+    assert second["accuracy"] == first["accuracy"] and second["loss"] == first["loss"]
+    assert math.isfinite(third["accuracy"]) and model_is_finite(sim.strategy.global_model())
+    off = digits_config(rounds=3, guards__rollback_non_finite=False)
+    make_simulation(off, strategy=NaNAfterRound2(), run_dir=tmp_path / "off").run()
+    assert lines_of(tmp_path / "off")[1]["loss"] is None  # without the guard the NaN stays
+
+
+def test_a_run_in_which_every_update_is_rejected_stops_with_a_clear_error(tmp_path, capsys):
+    cfg = digits_config(rounds=6, faults__clients={str(c): "nan" for c in range(5)})
+    with pytest.raises(TrainingDivergedError, match=r"rounds 1\.\.3 was rejected"):
+        make_simulation(cfg, run_dir=tmp_path / "run").run()
+    assert len(lines_of(tmp_path / "run")) == 2  # the third round raised before it was written
+    argv = ["run", "--method", "fedavg", "--dataset", "digits", "--clients", "3", "--rounds", "5"]
+    argv += ["--set", "train.lr=1e30", "--set", "eval.fairness=false", "--set", "train.threads=1"]
+    assert main([*argv, "--out", str(tmp_path / "cli"), "--quiet"]) == 2
+    assert "nothing is being trained" in capsys.readouterr().err
+    short = digits_config(rounds=2, faults__clients={str(c): "crash" for c in range(5)})
+    with pytest.raises(TrainingDivergedError, match=r"rounds 1\.\.2 .*crash"):  # a whole shorter run
+        make_simulation(short, run_dir=tmp_path / "short").run()
+    cfg.guards.max_all_rejected_rounds = 0  # never stop: the run ends untrained, as asked
+    make_simulation(cfg, run_dir=tmp_path / "kept").run()
+    assert len(lines_of(tmp_path / "kept")) == 6
+
+
+# -- the guards' arithmetic ----------------------------------------------------------------------------------
+def reply(values, n: int = 10) -> Reply:
+    return Reply(weights={"w": torch.tensor(values, dtype=torch.float32)}, num_examples=n)
+
+
+def test_update_norm_is_measured_against_what_was_sent():
+    sent = Instruction(weights={"w": torch.tensor([1.0, 1.0])})
+    assert update_norm(reply([4.0, 5.0]), sent) == pytest.approx(5.0)  # ‖(3, 4)‖
+    assert update_norm(reply([4.0, 5.0]), Instruction(weights={})) == pytest.approx(math.sqrt(41))
+    delta = Instruction(weights={"w": torch.tensor([1.0, 1.0])}, delta=True)
+    assert update_norm(reply([4.0, 5.0]), delta) == pytest.approx(math.sqrt(41))
+
+
+def test_guard_updates_uses_the_median_of_three_or_more_updates():
+    zero = Instruction(weights={"w": torch.zeros(2)})
+    replies = {0: reply([1.0, 0.0]), 1: reply([0.0, 2.0]), 2: reply([0.0, 1.5]), 3: reply([30.0, 0.0], n=500)}
+    sent = dict.fromkeys(replies, zero)
+    g = from_dict({"guards": {"update_norm_factor": 10.0}}).guards
+    # norms 1, 2, 1.5, 30; median 1.75; bound 17.5
+    assert list(guard_updates(replies, sent, g)) == [3]
+    assert guard_updates({0: replies[0], 3: replies[3]}, sent, g) == {}  # two updates: no median
+    g = from_dict({"guards": {"num_examples_factor": 5.0, "max_num_examples": 400}}).guards
+    # counts 10, 10, 10, 500: 500 > 400, and > 5 × 10; reported once, by the absolute bound
+    assert list(guard_updates(replies, sent, g)) == [3] and "400" in guard_updates(replies, sent, g)[3]
+
+
+def test_rejected_clients_report_zero_weight_and_the_simplex_is_kept():
+    assert zero_rejected([0.25, 0.25, 0.5], [2]) == [0.5, 0.5, 0.0]
+    assert zero_rejected([0.4, 0.4, 0.4], [0]) == [0.0, 0.4, 0.4]  # not a simplex: only zeroed
+
+
+def test_celm_reports_rejected_and_failed_clients_with_weight_zero(tmp_path):
+    cfg = digits_config(rounds=2, faults__clients={"0": "nan", "1": "crash"})
+    cfg.method.name, cfg.method.params = "celm", {"probe_steps": 5, "warmup_fraction": 0.5}
+    make_simulation(cfg, run_dir=tmp_path / "run").run()
+    for line in lines_of(tmp_path / "run"):  # CELM itself keeps their 1/N (they never sent evidence)
+        assert "0" in line["rejected"] and "1" in line["failed"]
+        assert line["contributions"][:2] == [0.0, 0.0]
+        assert sum(line["contributions"]) == pytest.approx(1.0)
+
+
+# -- CELM's robust evidence ----------------------------------------------------------------------------------
+def test_median_rescaled_evidence_divides_each_row_by_its_median():
+    evidence = np.array([[2.0, 4.0, 6.0], [100.0, 300.0, 200.0], [-1.0, -3.0, 1.0]])
+    out = rescale_evidence(evidence, "median")
+    assert out.tolist() == [[0.5, 1.0, 1.5], [0.5, 1.5, 1.0], [-1.0, -3.0, 1.0]]  # ÷ 4, 200, |−1|
+    assert rescale_evidence(evidence, "off").tolist() == evidence.tolist()
+
+
+def test_robust_celm_does_not_hand_a_random_model_the_weight(tmp_path):
+    def hostile_weight(scale: str) -> float:
+        cfg = digits_config(clients=5, rounds=2, faults__clients={"0": "noise"})
+        cfg.train.local_steps, cfg.train.local_epochs = None, 5.0  # honest models that learnt something
+        cfg.method.name = "celm"
+        cfg.method.params = {"probe_steps": 50, "warmup_fraction": 0.5, "evidence_scale": scale}
+        make_simulation(cfg, run_dir=tmp_path / scale).run()
+        return lines_of(tmp_path / scale)[0]["contributions"][0]
+
+    faithful, robust = hostile_weight("off"), hostile_weight("median")
+    assert faithful > 0.5, faithful  # the paper's estimate: the random model holds most of the weight
+    assert robust < 0.2, robust  # below the fair share 1/5 (0.116 measured)
