@@ -115,6 +115,24 @@ def test_flower_simulation_gives_the_embedded_engines_results_bit_for_bit(tmp_pa
     assert sorted(nodes["clients"]) == ["0", "1", "2"] and nodes["refused"] == {}
 
 
+@pytest.mark.slow
+def test_injected_faults_act_on_flower_nodes_as_in_the_embedded_engine(tmp_path):
+    cfg = tiny_config("fedavg")
+    cfg.faults.clients = {"1": "scale", "2": "crash"}
+    cfg.faults.factor = 3.0
+    flower = run_flower_simulation(cfg, tmp_path / "flower")
+    embedded = make_simulation(cfg, run_dir=tmp_path / "embedded").run()
+    lines = {}
+    for engine in ("flower", "embedded"):
+        lines[engine] = [
+            json.loads(s) for s in (tmp_path / engine / "metrics.jsonl").read_text().splitlines()
+        ]
+    for on_flower, here in zip(lines["flower"], lines["embedded"], strict=True):
+        assert "crash" in on_flower.pop("failed")["2"] and "crash" in here.pop("failed")["2"]
+        assert on_flower == here and on_flower["clients"] == [0, 1]  # the scaled update, bit for bit
+    assert flower["final"] == embedded["final"]
+
+
 def test_shared_memory_quirks_are_refused_on_flower_before_anything_starts(tmp_path):
     cfg = tiny_config("proxyfl")
     cfg.method.params = {**cfg.method.params, "shared_optimizer": True}
