@@ -65,8 +65,9 @@ def standalone_accuracies(
     sub = cfg.copy()
     sub.method.name, sub.method.params = "standalone", {}
     # The reference is what each client's own data is worth: honest clients, no server guards (the key
-    # leaves [faults] and [guards] out for this reason).
-    sub.faults, sub.guards = FaultsConfig(), GuardsConfig()
+    # leaves [faults] and [guards] out for this reason). A client that never trains gets NaN here rather
+    # than stopping the pre-pass: the method that needs the reference names the client and the fix.
+    sub.faults, sub.guards = FaultsConfig(), GuardsConfig(max_all_rejected_rounds=0)
     sub.eval.fairness = False
     sub.eval.every = sub.train.rounds
     strategy = build_strategy(sub.method.name, sub.method.params)
