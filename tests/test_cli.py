@@ -94,6 +94,19 @@ def test_compare_json_rows_and_report(tmp_path, capsys):
     assert {"accuracy", "balanced_accuracy", "rare_class_recall"} <= set(row["mean"])
     assert set(row["mean"]) == set(row["std"])
     assert "accuracy" in row["last_mean"] and set(row["last_mean"]) == set(row["last_std"])
+    # compare.csv: the same rows; its mean is the mean of the seeds' summaries, recomputed here
+    import csv
+
+    with (out / "compare.csv").open() as handle:
+        lines = {line["method"]: line for line in csv.DictReader(handle)}
+    finals = [json.loads((out / f"fedavg-seed{k}" / "summary.json").read_text())["final"] for k in (0, 1)]
+    assert float(lines["fedavg"]["final_accuracy_mean"]) == pytest.approx(
+        sum(f["accuracy"] for f in finals) / 2, abs=1e-12
+    )
+    assert float(lines["standalone"]["best_accuracy_std"]) == pytest.approx(
+        d["rows"][1]["best_std"]["accuracy"]
+    )
+    assert lines["fedavg"]["seeds"] == "0 1"
     report = (out / "report.md").read_text()
     assert "| fedavg | 2 |" in report and "accuracy.png" in report
     assert (out / "report_figures" / "accuracy.png").stat().st_size > 1000

@@ -7,7 +7,7 @@ import json
 import pytest
 import torch
 
-from fedhet.compare import run_comparison
+from fedhet.comparison import run_comparison
 from fedhet.config import ExperimentConfig, apply_override
 from fedhet.engine import checkpoint as ckpt
 from fedhet.errors import RunDirectoryError

@@ -39,3 +39,57 @@ def test_plot_metric_curves_writes_a_figure_or_says_nothing_to_draw(tmp_path):
     assert (tmp_path / "acc.png").stat().st_size > 1000
     assert not plot_metric_curves(runs, "fairness_pearson", tmp_path / "none.png", "fairness")
     assert not (tmp_path / "none.png").exists()
+
+
+def test_html_report_is_self_contained_and_holds_the_markdown_tables_and_figures(tmp_path, monkeypatch):
+    import base64
+    import re
+    from html.parser import HTMLParser
+
+    from fedhet.cli import main
+
+    monkeypatch.setenv("FEDHET_CACHE", str(tmp_path / "cache"))
+    out = tmp_path / "cmp"
+    argv = ["compare", "--methods", "fedavg,celm", "--dataset", "digits", "--clients", "3", "--rounds", "2",
+            "--model", "mlp", "--out", str(out), "--quiet", "--no-report"]  # fmt: skip
+    assert main(argv) == 0
+    report = tmp_path / "my report.md"  # a space in the name: the figure links must survive it
+    assert main(["report", str(out), "--out", str(report), "--html"]) == 0
+    page = (tmp_path / "my report.html").read_text()
+    markdown = report.read_text()
+
+    class Collect(HTMLParser):
+        def __init__(self):
+            super().__init__()
+            self.images, self.links, self.tags, self.cells = [], [], [], []
+            self._cell = None
+
+        def handle_starttag(self, tag, attrs):
+            self.tags.append(tag)
+            attrs = dict(attrs)
+            if tag == "img":
+                self.images.append(attrs["src"])
+            if tag in ("a", "link", "script"):
+                self.links.append(attrs)
+            if tag in ("td", "th"):
+                self._cell = ""
+
+        def handle_data(self, data):
+            if self._cell is not None:
+                self._cell += data
+
+        def handle_endtag(self, tag):
+            if tag in ("td", "th"):
+                self.cells.append(self._cell)
+                self._cell = None
+
+    parsed = Collect()
+    parsed.feed(page)
+    figures = re.findall(r"^!\[", markdown, flags=re.M)
+    assert len(parsed.images) == len(figures) >= 4  # accuracy, per-class recall, partition, CELM weights...
+    for src in parsed.images:  # every figure embedded as a real PNG, nothing linked
+        assert src.startswith("data:image/png;base64,")
+        assert base64.b64decode(src.split(",", 1)[1])[:8] == b"\x89PNG\r\n\x1a\n"
+    assert parsed.links == [] and "_figures/" not in page  # no path to the figure folder remains
+    assert {"fedavg", "celm"} <= {c.strip() for c in parsed.cells}  # the results table's method rows
+    assert parsed.tags.count("h1") == 1 and "pre" in parsed.tags  # the title; the config block

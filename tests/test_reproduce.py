@@ -61,6 +61,15 @@ def test_reproduce_runs_rows_and_reports_differences(tmp_path, capsys):
     assert not offline["available"] and not svhn["available"] and "svhn" in svhn["note"]
     md = (out / "reproduce.md").read_text()
     assert f"Δ {ours - 50.0:+.2f}" in md and "not run" in md
+    import csv
+
+    with (out / "reproduce.csv").open() as handle:
+        lines = list(csv.DictReader(handle))
+    assert [line["row"] for line in lines] == ["iid", "iid again", "offline", "svhn"]
+    assert float(lines[0]["ours"]) == pytest.approx(ours) and float(lines[0]["delta"]) == pytest.approx(
+        ours - 50
+    )
+    assert lines[2]["ours"] == "" and float(lines[2]["paper"]) == 61.0
 
 
 def test_method_params_of_a_table_and_a_row_reach_the_runs(tmp_path, capsys):

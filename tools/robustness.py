@@ -1,7 +1,7 @@
 """The robustness table (docs/robustness.md): one hostile client against each method.
 
     python tools/robustness.py run   [--seeds 3] [--jobs 2] [--out runs/robustness]
-    python tools/robustness.py table [--out runs/robustness]
+    python tools/robustness.py table [--out runs/robustness] [--figure docs/figures/robustness.png]
 
 ``run`` calls ``fedhet compare`` on configs/robustness/fmnist-n10.toml once per behaviour (clean, then each
 of fedhet.config.FAULT_BEHAVIOURS injected by client 0) and variant: the methods as published; CELM with
@@ -121,16 +121,61 @@ def table(out: Path) -> str:
     return "\n".join(rows)
 
 
+def figure(out: Path, path: Path) -> Path:
+    """Two heat maps, behaviour × method: the hostile client's weight, and the accuracy change against the
+    clean run (FedRAC's reward accuracy is not a weight: its column shows the reward as a fraction)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    found = collect(out)
+    faulty = [b for b in BEHAVIOURS if b != "clean"]
+    columns = list(COLUMNS)
+    weight = np.array(
+        [[np.nanmean(found[b, c][0]) if found[b, c][0] else np.nan for c in columns] for b in faulty]
+    )
+    clean = {c: np.nanmean(found["clean", c][1]) if found["clean", c][1] else np.nan for c in columns}
+    change = np.array(
+        [
+            [100 * (np.nanmean(found[b, c][1]) - clean[c]) if found[b, c][1] else np.nan for c in columns]
+            for b in faulty
+        ]
+    )
+    fig, axes = plt.subplots(1, 2, figsize=(15, 4.8), constrained_layout=True)
+    panels = (
+        (weight, "hostile client's weight (FedRAC: its reward accuracy)", "Reds", 0, 1, "{:.2f}"),
+        (change, "final accuracy change vs the clean run (points)", "RdBu", -70, 70, "{:+.1f}"),
+    )
+    for ax, (values, title, cmap, low, high, fmt) in zip(axes, panels, strict=True):
+        ax.imshow(values, cmap=cmap, vmin=low, vmax=high, aspect="auto")
+        ax.set_xticks(range(len(columns)), columns, rotation=30, ha="right")
+        ax.set_yticks(range(len(faulty)), faulty)
+        ax.set_title(title)
+        for i in range(len(faulty)):
+            for j in range(len(columns)):
+                if np.isfinite(values[i, j]):
+                    ax.text(j, i, fmt.format(values[i, j]), ha="center", va="center", fontsize=8)
+    fig.suptitle("One hostile client (client 0) of 10, Fashion-MNIST Dir(0.5), 30 rounds, mean of 3 seeds")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("action", choices=("run", "table"))
     parser.add_argument("--out", type=Path, default=Path("runs/robustness"))
     parser.add_argument("--seeds", type=int, default=3)
     parser.add_argument("--jobs", type=int, default=2)
+    parser.add_argument("--figure", type=Path, help="also draw the table as heat maps (a PNG path)")
     args = parser.parse_args()
     if args.action == "run":
         run(args.out, args.seeds, args.jobs)
     print(table(args.out))
+    if args.figure:
+        print(f"figure: {figure(args.out, args.figure)}")
 
 
 if __name__ == "__main__":

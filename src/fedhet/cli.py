@@ -26,6 +26,7 @@ SHORTCUTS = {
     "rounds": "train.rounds",
     "seed": "seed",
     "data_root": "data.root",
+    "data_path": "data.path",
     "device": "train.device",
 }
 
@@ -34,13 +35,16 @@ def _add_experiment_args(p: argparse.ArgumentParser, *, with_method: bool = True
     p.add_argument("config", nargs="?", help="experiment TOML file (see configs/); flags override it")
     if with_method:
         p.add_argument("--method", help="method name (see `fedhet methods`)")
-    p.add_argument("--dataset", help="dataset name (see `fedhet datasets`)")
+    p.add_argument("--dataset", help="dataset name (see `fedhet datasets`), or npz / folder with --data-path")
     p.add_argument("--split", help="data split name (see `fedhet partition --help`)")
     p.add_argument("--model", help="model name: mlp, cnn, mlp200, resnet8, resnet18gn")
     p.add_argument("--clients", type=int, help="number of clients")
     p.add_argument("--rounds", type=int, help="communication rounds")
     p.add_argument("--seed", type=int, help="random seed")
     p.add_argument("--data-root", dest="data_root", help="directory holding the dataset files")
+    p.add_argument(
+        "--data-path", dest="data_path", help="your own data: an .npz file or an image folder (train/, test/)"
+    )
     p.add_argument("--device", choices=["auto", "cpu", "cuda"], help="device (default auto)")
     p.add_argument(
         "--set",
@@ -159,13 +163,15 @@ def cmd_partition(args: argparse.Namespace) -> int:
     import numpy as np
     import torch
 
-    from fedhet.data.splits import SPLITS
+    from fedhet.data.splits import SPLIT_ADVICE, SPLITS
     from fedhet.engine.simulation import build_federation
 
     if args.list:
         for name, spec in SPLITS.items():
             params = ", ".join(f"{p.name}={p.default!r}" for p in spec.params)
             print(f"{name}: {spec.doc.splitlines()[0] if spec.doc else ''}\n    params: {params or '-'}")
+            if name in SPLIT_ADVICE:
+                print(f"    needs: {SPLIT_ADVICE[name]}")
         return 0
     if not args.config and (not args.dataset or not args.split):
         raise SystemExit("fedhet partition: give a config file, or --dataset and --split (or --list)")
@@ -225,7 +231,12 @@ def cmd_run(args: argparse.Namespace) -> int:
     from fedhet.algorithms import build_strategy
     from fedhet.config import load_config
     from fedhet.engine.rundir import check_run_dir
-    from fedhet.experiment import make_simulation, needs_reference, standalone_accuracies
+    from fedhet.experiment import (
+        apply_method_defaults,
+        make_simulation,
+        needs_reference,
+        standalone_accuracies,
+    )
 
     console = _console(args)
     if args.resume:
@@ -247,6 +258,9 @@ def cmd_run(args: argparse.Namespace) -> int:
         cfg = _build_config(args)
         run_dir = _writable_dir(Path(args.out) if args.out else _default_run_dir(cfg), "--out")
     strategy = build_strategy(cfg.method.name, cfg.method.params)  # a bad method fails before the bar
+    if not args.resume:
+        for notice in apply_method_defaults(cfg, [strategy]):
+            print(f"fedhet: note: {notice}", file=sys.stderr)  # shown with --quiet and --json too
     check_run_dir(run_dir, resume=bool(args.resume), overwrite=args.overwrite)  # and a taken --out
     if args.engine == "flower-simulation":
         if args.resume:
@@ -405,7 +419,7 @@ def _writable_file(path: Path, flag: str) -> Path:
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
-    from fedhet.compare import aggregate_rows, default_threads, run_comparison
+    from fedhet.comparison import aggregate_rows, default_threads, run_comparison, write_rows_csv
     from fedhet.engine.rounds import _jsonable
 
     console = _console(args)
@@ -432,11 +446,14 @@ def cmd_compare(args: argparse.Namespace) -> int:
             progress=prog.callback,
             jobs=args.jobs,
             reuse=not args.rerun,
-            notify=console.print,
+            notify=lambda m: (
+                print(f"fedhet: {m}", file=sys.stderr) if m.startswith("note:") else console.print(m)
+            ),
         )
     rows = aggregate_rows(results)
     payload = {"rows": rows, "out_dir": str(out_dir), "config": base.to_dict()}
     (out_dir / "compare.json").write_text(json.dumps(_jsonable(payload), indent=2))
+    write_rows_csv(rows, out_dir / "compare.csv")
     report_path = None
     if not args.no_report:
         from fedhet.report import write_report
@@ -494,7 +511,7 @@ def print_contributions(console, results: dict[str, list[dict[str, Any]]]) -> No
 def print_compare_table(console, rows: list[dict[str, Any]], title: str = "") -> None:
     from rich.table import Table
 
-    from fedhet.compare import VIEW_KEYS
+    from fedhet.comparison import VIEW_KEYS
 
     present = [
         (k, v, label) for k, v, label in TABLE_METRICS if any(k in r.get(VIEW_KEYS[v][0], {}) for r in rows)
@@ -528,6 +545,10 @@ def cmd_report(args: argparse.Namespace) -> int:
     out = _writable_file(Path(args.out) if args.out else Path("report.md"), "--out")
     path = write_report([Path(p) for p in args.run_dirs], out, title=args.title)
     print(f"report written to {path}")
+    if args.html:
+        from fedhet.report.html import write_html
+
+        print(f"self-contained HTML (figures embedded) written to {write_html(path)}")
     return 0
 
 
@@ -544,7 +565,7 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
     spec = load_spec(args.table)
     overrides = list(args.set)
     if args.jobs > 1:
-        from fedhet.compare import default_threads
+        from fedhet.comparison import default_threads
 
         overrides.append(f"train.threads={default_threads(args.jobs)}")
     if args.rounds is not None:
@@ -579,11 +600,38 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
 
 
 def cmd_methods(args: argparse.Namespace) -> int:
-    from fedhet.algorithms import accepted_params, describe, method_names, strategy_class
+    from fedhet.algorithms import accepted_params, build_strategy, describe, method_names, strategy_class
+    from fedhet.models.registry import MODEL_NEEDS
 
     for name in method_names():
         params = ", ".join(accepted_params(strategy_class(name))) or "-"
         print(f"{name}: {describe(name)}\n    params: {params}")
+        strategy = build_strategy(name)
+        needs = [MODEL_NEEDS[n].split(":")[0] for n in sorted(strategy.model_needs)]
+        inputs = {
+            "validation": "a server validation set",
+            "reference_contributions": "every client's standalone accuracy (a cached pre-pass)",
+        }
+        needs = [inputs.get(r, r) for r in sorted(strategy.requirements())] + needs
+        if needs:
+            print(f"    needs: {'; '.join(needs)}")
+        defaults = strategy.config_defaults()
+        if defaults:
+            shown = ", ".join(f"{k} = {v!r}" for k, v in defaults.items())
+            print(f"    applies, where left at fedhet's default: {shown}")
+    return 0
+
+
+def cmd_experiments(args: argparse.Namespace) -> int:
+    from fedhet.config import describe_experiment, experiment_names
+
+    names = experiment_names()
+    if args.json:
+        print(json.dumps([{"name": n, "description": describe_experiment(n)} for n in names]))
+        return 0
+    for name in names:
+        print(f"{name}: {describe_experiment(name)}")
+    print(f"\n{len(names)} experiments; run one with `fedhet run NAME` (add --rounds N for a short run)")
     return 0
 
 
@@ -672,6 +720,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", help="report file (default report.md)")
     p.add_argument("--title")
     p.add_argument(
+        "--html", action="store_true", help="also write one self-contained HTML file (REPORT.html)"
+    )
+    p.add_argument(
         "--fairness",
         action="store_true",
         help="print fairness, BCF rates and accuracy (best / final / last-K mean) per run and per method",
@@ -693,8 +744,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--quiet", action="store_true")
     p.set_defaults(func=cmd_reproduce)
 
-    p = sub.add_parser("methods", help="list the methods and their parameters")
+    p = sub.add_parser("methods", help="list the methods, their parameters and what they need")
     p.set_defaults(func=cmd_methods)
+
+    p = sub.add_parser("experiments", help="list the shipped experiments (fedhet run NAME runs one)")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_experiments)
     return parser
 
 

@@ -25,8 +25,12 @@ from fedhet.errors import ConfigError
 class DataConfig:
     """Which data, how it is split over clients, and what the server holds out."""
 
+    #: A built-in name (``fedhet datasets``), "npz" or "folder" (your own files at ``path``), or a name
+    #: registered with ``fedhet.data.register_dataset``.
     dataset: str = "fashion-mnist"
     root: str | None = None
+    #: Your own data for dataset = "npz" (one .npz file) or "folder" (train/<class>/, test/<class>/).
+    path: str | None = None
     split: str = "iid"
     split_params: dict[str, Any] = field(default_factory=dict)
     clients: int = 10
@@ -87,6 +91,9 @@ class EvalConfig:
     bcf_alpha: float = 0.5
     #: Save a checkpoint every k rounds (and always after the last round); 0 = last round only.
     checkpoint_every: int = 10
+    #: Also write every metrics.jsonl number as TensorBoard scalars under RUN_DIR/tensorboard/
+    #: (the fedhet[tensorboard] extra). Not part of the experiment: it changes no result.
+    tensorboard: bool = False
 
 
 #: What an injected faulty client does (``[faults] clients``; docs/robustness.md).
@@ -134,6 +141,16 @@ class GuardsConfig:
 
 
 @dataclass
+class EngineConfig:
+    """How the embedded engine runs the clients of a round (docs/performance.md)."""
+
+    #: "sequential": one client after another; "vectorized": the round's clients at once with torch.func
+    #: (FedAvg, FedProx, FedRS trainers; SGD; no BatchNorm or masks), refused with the reason otherwise;
+    #: "auto": vectorized where it applies and the round has enough clients, else sequential (logged).
+    mode: str = "sequential"
+
+
+@dataclass
 class MethodConfig:
     name: str = "fedavg"
     params: dict[str, Any] = field(default_factory=dict)
@@ -148,6 +165,7 @@ class ExperimentConfig:
     eval: EvalConfig = field(default_factory=EvalConfig)
     faults: FaultsConfig = field(default_factory=FaultsConfig)
     guards: GuardsConfig = field(default_factory=GuardsConfig)
+    engine: EngineConfig = field(default_factory=EngineConfig)
     seed: int = 0
     out: str | None = None
     name: str | None = None
@@ -170,6 +188,10 @@ class ExperimentConfig:
             sec, _, key = dotted.partition(".")
             if sec in chosen and isinstance(chosen[sec], dict):
                 chosen[sec] = {k: v for k, v in chosen[sec].items() if k != key}
+        for dotted, default in LATER_KEYS.items():  # keys added later: absent while at their default
+            sec, _, key = dotted.partition(".")
+            if sec in chosen and chosen[sec].get(key, default) == default:
+                chosen[sec] = {k: v for k, v in chosen[sec].items() if k != key}
         blob = json.dumps(chosen, sort_keys=True, default=str)
         return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
@@ -178,7 +200,9 @@ class ExperimentConfig:
 
         Checkpoints are resumed and finished runs reused only under an equal run fingerprint.
         """
-        return self.fingerprint(*self.experiment_sections(), "seed", exclude=("train.threads",))
+        return self.fingerprint(
+            *self.experiment_sections(), "seed", exclude=("train.threads", "eval.tensorboard")
+        )
 
     def experiment_sections(self) -> tuple[str, ...]:
         """The sections that define the experiment: [faults] and [guards] only where they differ from their
@@ -195,15 +219,20 @@ SECTIONS: dict[str, type] = {
     "eval": EvalConfig,
     "faults": FaultsConfig,
     "guards": GuardsConfig,
+    "engine": EngineConfig,
 }
 #: Sections written to TOML and fingerprinted only when they differ from their defaults.
-OPTIONAL_SECTIONS = ("faults", "guards")
+OPTIONAL_SECTIONS = ("faults", "guards", "engine")
+#: Keys added after fingerprints were in use, fingerprinted only when set, so earlier runs and caches keep
+#: their keys (dotted key -> default).
+LATER_KEYS: dict[str, Any] = {"data.path": None, "eval.tensorboard": False}
 TOP_LEVEL = {"seed": int, "out": (str, type(None)), "name": (str, type(None))}
 
 CHOICES: dict[tuple[str, str], tuple[Any, ...]] = {
     ("train", "optimizer"): ("sgd", "adam"),
     ("train", "schedule"): ("constant", "cosine", "exponential"),
     ("train", "device"): ("auto", "cpu", "cuda"),
+    ("engine", "mode"): ("sequential", "vectorized", "auto"),
     ("eval", "fairness"): ("auto", True, False),
 }
 
@@ -420,13 +449,57 @@ def from_dict(raw: dict[str, Any]) -> ExperimentConfig:
     return cfg
 
 
+# --------------------------------------------------------------------------------------------------------
+# Named experiments: the configs shipped with the package (``fedhet experiments``)
+# --------------------------------------------------------------------------------------------------------
+#: The shipped experiment files (package data; the repository's configs/ links here).
+CONFIG_DIR = Path(__file__).resolve().parent / "configs"
+
+
+def experiment_names() -> list[str]:
+    """Names of the shipped experiments, e.g. ``celm/fmnist-maverick`` (the table specs of ``fedhet
+    reproduce`` in configs/reproduce/ are not experiments)."""
+    return sorted(
+        p.relative_to(CONFIG_DIR).with_suffix("").as_posix()
+        for p in CONFIG_DIR.glob("*/*.toml")
+        if p.parent.name != "reproduce"
+    )
+
+
+def describe_experiment(name: str) -> str:
+    """The first comment line of a shipped experiment file."""
+    for line in (CONFIG_DIR / f"{name}.toml").read_text(encoding="utf-8").splitlines():
+        if line.startswith("#"):
+            return line.lstrip("# ").strip()
+    return ""
+
+
+def resolve_config(name_or_path: str | Path) -> Path:
+    """An existing path as given; else a shipped experiment by name (``celm/fmnist-maverick``, with or
+    without ``.toml`` or a leading ``configs/``); else the path as given (``load_config`` names the miss)."""
+    p = Path(name_or_path)
+    if p.exists():
+        return p
+    key = p.as_posix().removesuffix(".toml").removeprefix("configs/")
+    if key in experiment_names():
+        return CONFIG_DIR / f"{key}.toml"
+    return p
+
+
 def load_config(path: str | Path) -> ExperimentConfig:
-    """Read a TOML experiment file."""
-    p = Path(path)
+    """Read a TOML experiment file, or a shipped experiment by name (:func:`experiment_names`)."""
+    p = resolve_config(path)
     if p.is_dir():
-        raise ConfigError(f"config file {p} is a directory; pass a .toml file (see configs/)")
+        raise ConfigError(f"config file {p} is a directory; pass a .toml file (see `fedhet experiments`)")
     if not p.is_file():
-        raise ConfigError(f"config file {p} does not exist; pass an existing .toml file (see configs/)")
+        import difflib
+
+        close = difflib.get_close_matches(str(path).removesuffix(".toml"), experiment_names(), n=3)
+        hint = f"; did you mean {' or '.join(close)}?" if close else "."
+        raise ConfigError(
+            f"config file {p} does not exist and is not a shipped experiment{hint} Pass an existing .toml "
+            "file, or a name that `fedhet experiments` lists"
+        )
     try:
         text = p.read_text(encoding="utf-8")
     except UnicodeDecodeError as exc:
@@ -529,7 +602,7 @@ def _toml_value(v: Any) -> str:
     if isinstance(v, int | float):
         return repr(v)
     if isinstance(v, str):
-        return json.dumps(v, ensure_ascii=False)  # a surrogate-pair escape is not valid TOML
+        return _toml_string(v)
     if isinstance(v, list | tuple):
         return "[" + ", ".join(_toml_value(x) for x in v) + "]"
     if isinstance(v, dict):
@@ -537,9 +610,15 @@ def _toml_value(v: Any) -> str:
     raise ConfigError(f"cannot write {v!r} ({type(v).__name__}) to TOML")
 
 
+def _toml_string(text: str) -> str:
+    """A TOML basic string: JSON's escapes (not its surrogate pairs, invalid in TOML), and DEL (U+007F),
+    which JSON leaves raw but TOML forbids unescaped."""
+    return json.dumps(text, ensure_ascii=False).replace("\x7f", "\\u007f")
+
+
 def _toml_key(k: str) -> str:
     bare = k.isascii() and k.replace("_", "").replace("-", "").isalnum()  # TOML's bare keys: ASCII only
-    return k if bare else json.dumps(k, ensure_ascii=False)
+    return k if bare else _toml_string(k)
 
 
 def to_toml(cfg: ExperimentConfig) -> str:

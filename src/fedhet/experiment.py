@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from fedhet.algorithms import build_strategy
-from fedhet.config import ExperimentConfig, FaultsConfig, GuardsConfig
+from fedhet.config import ExperimentConfig, FaultsConfig, GuardsConfig, apply_override
 from fedhet.engine.protocol import Strategy
 from fedhet.engine.simulation import Simulation
 
@@ -77,6 +77,29 @@ def standalone_accuracies(
     if use_cache and np.all(np.isfinite(acc)):  # a client that never trained must not poison later runs
         store_standalone_accuracies(cfg, acc)
     return acc
+
+
+def apply_method_defaults(cfg: ExperimentConfig, strategies: Sequence[Strategy]) -> list[str]:
+    """Apply each strategy's ``config_defaults`` where ``cfg`` holds fedhet's general default, in place
+    (``model.name`` only when the whole [model] section is the default); return one notice per change."""
+    general = ExperimentConfig()
+    notices = []
+    for strategy in strategies:
+        for dotted, value in strategy.config_defaults().items():
+            sec, key = dotted.split(".")
+            current = getattr(getattr(cfg, sec), key)
+            untouched = (
+                cfg.model == general.model
+                if dotted == "model.name"
+                else current == getattr(getattr(general, sec), key)
+            )
+            if untouched and current != value:
+                apply_override(cfg, dotted, json.dumps(value))
+                notices.append(
+                    f"method {strategy.name!r} needs {dotted} = {value!r}; using it (set {dotted} to choose "
+                    "another value)"
+                )
+    return notices
 
 
 def needs_reference(cfg: ExperimentConfig, strategy: Strategy) -> bool:

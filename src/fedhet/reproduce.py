@@ -44,7 +44,7 @@ import numpy as np
 from fedhet.config import ExperimentConfig, apply_override, load_config, parse_set_args
 from fedhet.errors import ConfigError
 
-SPEC_DIR = Path(__file__).resolve().parents[2] / "configs" / "reproduce"
+SPEC_DIR = Path(__file__).resolve().parent / "configs" / "reproduce"  # package data
 _PM = re.compile(r"^\s*(-?[\d.]+)\s*(?:±|\+-|\+/-)\s*([\d.]+)\s*$")
 
 
@@ -205,9 +205,9 @@ def run_spec(
 ) -> list[dict[str, Any]]:
     """Run the selected rows; one result dict per row with our mean/std and the paper's value per method.
 
-    Runs already finished in ``out_dir`` are reused (see :func:`fedhet.compare.run_comparison`).
+    Runs already finished in ``out_dir`` are reused (see :func:`fedhet.comparison.run_comparison`).
     """
-    from fedhet.compare import VIEW_KEYS, aggregate_rows, run_comparison
+    from fedhet.comparison import VIEW_KEYS, aggregate_rows, run_comparison
 
     n_seeds = seeds or spec.seeds
     results = []
@@ -321,4 +321,45 @@ def write_results(spec: Spec, results: list[dict[str, Any]], out_dir: Path) -> P
     )
     md = out_dir / "reproduce.md"
     md.write_text(render_markdown(spec, results))
+    write_results_csv(results, out_dir / "reproduce.csv")
     return md
+
+
+def write_results_csv(results: list[dict[str, Any]], path: Path) -> Path:
+    """One line per (table row, method): ours (mean, std over seeds), the paper's value and the difference."""
+    import csv
+
+    columns = [
+        "row",
+        "method",
+        "metric",
+        "rounds",
+        "seeds",
+        "ours",
+        "ours_std",
+        "paper",
+        "paper_std",
+        "delta",
+    ]
+    with path.open("w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=columns)
+        writer.writeheader()
+        for r in results:
+            for method, v in r["methods"].items():
+                ours, paper = v.get("ours"), v.get("paper")
+                has_ours = ours is not None and math.isfinite(ours)
+                writer.writerow(
+                    {
+                        "row": r["row"],
+                        "method": method,
+                        "metric": r.get("metric"),
+                        "rounds": r.get("rounds"),
+                        "seeds": " ".join(map(str, r.get("seeds") or [])),
+                        "ours": ours if has_ours else None,
+                        "ours_std": v.get("ours_std") if has_ours else None,
+                        "paper": paper[0] if paper else None,
+                        "paper_std": paper[1] if paper else None,
+                        "delta": ours - paper[0] if paper and has_ours else None,
+                    }
+                )
+    return path

@@ -42,6 +42,52 @@ ALGORITHMS: dict[str, str] = {
 }
 
 
+#: method name -> a strategy class registered at run time (``register``) or by an installed package
+_REGISTERED: dict[str, type] = {}
+
+
+def register(strategy_class: type, name: str | None = None, *, overwrite: bool = False) -> str:
+    """Make ``method.name = name`` run ``strategy_class`` (a subclass of ``fedhet.algorithms.fedavg.FedAvg``,
+    or of ``fedhet.engine.protocol.Strategy``); ``name`` defaults to the class's ``name`` attribute.
+
+    Registration lives in this process: for ``fedhet compare --jobs N`` register at import time of the
+    calling script, or advertise the class in the ``fedhet.methods`` entry-point group. Returns the name.
+    """
+    from fedhet.engine.protocol import Strategy, Trainer
+
+    if not (inspect.isclass(strategy_class) and issubclass(strategy_class, Strategy)):
+        raise ConfigError(
+            f"algorithms.register: {strategy_class!r} is not a Strategy subclass; subclass "
+            "fedhet.algorithms.fedavg.FedAvg and override the hooks your method changes"
+        )
+    trainer = getattr(strategy_class, "trainer_class", None)
+    if not (inspect.isclass(trainer) and issubclass(trainer, Trainer)):
+        raise ConfigError(
+            f"{strategy_class.__name__}.trainer_class must be a Trainer subclass, got {trainer!r}"
+        )
+    name = name or getattr(strategy_class, "name", None)
+    if not isinstance(name, str) or not name.strip() or "/" in name or name in ("strategy", "fedavg-base"):
+        raise ConfigError(
+            f"algorithms.register({strategy_class.__name__}): give a method name (name=... or a class "
+            f"attribute name = '...'), not {name!r}"
+        )
+    if name in ALGORITHMS:
+        raise ConfigError(
+            f"{name!r} is a built-in method; give {strategy_class.__name__} its own name (a class attribute "
+            "name = '...', or register(cls, name='...'))"
+        )
+    if name in _REGISTERED and _REGISTERED[name] is not strategy_class and not overwrite:
+        raise ConfigError(f"a method named {name!r} is already registered; pass overwrite=True to replace it")
+    _REGISTERED[name] = strategy_class
+    return name
+
+
+def _entry_points() -> dict[str, Any]:
+    from importlib.metadata import entry_points
+
+    return {p.name: p for p in entry_points(group="fedhet.methods")}
+
+
 def describe(name: str) -> str:
     """One line about method ``name``: its strategy's docstring's first line."""
     doc = (strategy_class(name).__doc__ or "").strip()
@@ -53,14 +99,20 @@ def _module_exists(name: str) -> bool:
 
 
 def method_names() -> list[str]:
-    """Registered methods whose module is present."""
-    return sorted(n for n in ALGORITHMS if _module_exists(n))
+    """Built-in methods whose module is present, registered ones, and installed packages' (entry points)."""
+    return sorted({n for n in ALGORITHMS if _module_exists(n)} | set(_REGISTERED) | set(_entry_points()))
 
 
 def strategy_class(name: str) -> type:
     """The strategy class registered under ``name``."""
+    if name in _REGISTERED:
+        return _REGISTERED[name]
     if name not in ALGORITHMS or not _module_exists(name):
-        raise ConfigError(f"method.name={name!r} is not a known method; choose one of {method_names()}")
+        point = _entry_points().get(name)
+        if point is None:
+            raise ConfigError(f"method.name={name!r} is not a known method; choose one of {method_names()}")
+        register(point.load(), name)
+        return _REGISTERED[name]
     module, _, cls = ALGORITHMS[name].partition(":")
     return getattr(importlib.import_module(module), cls)
 
@@ -93,4 +145,7 @@ def build_strategy(name: str, params: dict[str, Any] | None = None) -> Any:
     unknown = sorted(set(params) - set(accepted))
     if unknown:
         raise ConfigError(f"method {name!r} has no parameter(s) {unknown}; accepted: {accepted}")
-    return cls(**params)
+    strategy = cls(**params)
+    if name in _REGISTERED:
+        strategy.name = name  # the registered name is the one runs and reports show
+    return strategy

@@ -44,7 +44,6 @@ from fedhet.algorithms.fedrs import FedRSTrainer, RestrictedSoftmaxMixin
 from fedhet.algorithms.logit_probes import PROBE_IMPLS, maximize_class_logits
 from fedhet.algorithms.params import check_choice, check_flag, check_integer, check_number
 from fedhet.engine.protocol import KEEP_KEY, FederationInfo, Instruction, Reply
-from fedhet.errors import ConfigError
 
 log = logging.getLogger("fedhet")
 
@@ -192,6 +191,7 @@ class CELM(FedAvg):
     """
 
     name = "celm"
+    model_needs = frozenset({"head"})
 
     def __init__(
         self,
@@ -255,12 +255,7 @@ class CELM(FedAvg):
 
     # -- life cycle ---------------------------------------------------------------------------------------
     def setup(self, info: FederationInfo) -> None:
-        super().setup(info)
-        if not hasattr(info.model, "backbone_keys"):
-            raise ConfigError(
-                f"CELM needs a model with a backbone and a head (a fedhet FedModel), "
-                f"got {type(info.model).__name__}"
-            )
+        super().setup(info)  # the engine checked model_needs: a FedModel with a head
         self.warmup = warmup_rounds(self.warmup_fraction, info.rounds)
         self.contribution = np.full(info.num_clients, 1.0 / info.num_clients)
         self.backbone_keys = list(info.model.backbone_keys())

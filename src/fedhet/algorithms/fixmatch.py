@@ -499,6 +499,7 @@ class SemiSupervised(FedAvg):
     """
 
     name = "fssl"
+    model_needs = frozenset({"head"})
     trainer_class: type[Trainer] = FixMatchTrainer
     #: Where pseudo-labels come from: the local model ("local", LPL) or the frozen global model ("global").
     pseudo_labels = "global"

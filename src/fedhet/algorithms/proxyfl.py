@@ -359,6 +359,10 @@ class ProxyFL(FixMatchGPL):
         self.indecisive_top_k = check_integer("indecisive_top_k", indecisive_top_k, 1)
         self.prior: Tensor | None = None
 
+    def config_defaults(self) -> dict[str, Any]:
+        """ICPL needs the projection heads of resnet8 (the paper's model)."""
+        return {**super().config_defaults(), **({"model.name": "resnet8"} if self.icpl else {})}
+
     def setup(self, info: FederationInfo) -> None:
         """Start the prior uniform, 1/C; check the model has the projection heads ICPL needs."""
         super().setup(info)

@@ -155,6 +155,7 @@ class ShapFed(OwnModelStrategy):
     """
 
     name = "shapfed"
+    model_needs = frozenset({"head"})
     local_update = "keep"
 
     def __init__(
@@ -198,11 +199,7 @@ class ShapFed(OwnModelStrategy):
                 f"{info.num_clients} exceeds max_exact_clients = {self.max_exact_clients}. Use "
                 "contribution='monte-carlo' (with permutations=...) or raise max_exact_clients (<= 20)"
             )
-        super().setup(info)
-        if not hasattr(self.model, "head_keys"):
-            raise ConfigError(
-                "method 'shapfed' needs a fedhet model with a linear 'head' (FedModel.head_keys())"
-            )
+        super().setup(info)  # the engine checked model_needs: a FedModel with a head
         keys = self.model.head_keys()
         self.head_weight = next((k for k in keys if k.endswith("weight")), None)
         self.head_bias = next((k for k in keys if k.endswith("bias")), None)

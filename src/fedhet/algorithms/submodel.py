@@ -274,6 +274,7 @@ class SubmodelStrategy(FedAvg):
     """
 
     name = "submodel"
+    model_needs = frozenset({"masks"})
     #: Short label in figure titles.
     label = "submodel"
 
@@ -332,6 +333,10 @@ class SubmodelStrategy(FedAvg):
     def requirements(self) -> frozenset[str]:
         """Candidates are scored on a server validation set; contributions are the reference accuracies."""
         return frozenset({"validation", "reference_contributions"})
+
+    def config_defaults(self) -> dict[str, Any]:
+        """A 10% validation split and, for the default model, mlp200 (the papers' maskable MLP)."""
+        return {**super().config_defaults(), "model.name": "mlp200"}
 
     def setup(self, info: FederationInfo) -> None:
         """Contributions from the reference accuracies, the validation (sub)set, the frequency table."""

@@ -972,27 +972,53 @@ def read_npz(path: str | os.PathLike, *, require_test: bool = True) -> Arrays:
             f"{path}: cannot read the .npz ({type(err).__name__}: {err}); object arrays are refused, store "
             "numeric arrays only"
         ) from err
-    if len(content["x_train"]) == 0:
-        raise DataError(f"{path}: x_train is empty; a data set needs training images")
-    train_x = _npz_images(content["x_train"], f"{path} (x_train)")
-    test_x = _npz_images(content["x_test"], f"{path} (x_test)")
+    return arrays_from(
+        content["x_train"],
+        content["y_train"],
+        content["x_test"],
+        content["y_test"],
+        content.get("classes"),
+        source=str(path),
+    )
+
+
+def arrays_from(
+    x_train: Any,
+    y_train: Any,
+    x_test: Any,
+    y_test: Any,
+    classes: Any = None,
+    *,
+    source: str = "from_arrays",
+) -> Arrays:
+    """Validate user arrays (an .npz's, or :func:`fedhet.data.from_arrays`'s) into :class:`Arrays`.
+
+    Images as :func:`read_npz` accepts them; labels integers (N,); ``classes`` 1-D strings, or None for
+    "0".."K-1" with K = 1 + the largest label. Errors name ``source`` and the array at fault.
+    """
+    x_train, x_test = np.asarray(x_train), np.asarray(x_test)
+    if len(x_train) == 0:
+        raise DataError(f"{source}: x_train is empty; a data set needs training images")
+    train_x = _npz_images(x_train, f"{source} (x_train)")
+    test_x = _npz_images(x_test, f"{source} (x_test)")
     if train_x.shape[1:] != test_x.shape[1:]:
         raise DataError(
-            f"{path}: x_train images are {train_x.shape[1:]} but x_test images are {test_x.shape[1:]}"
+            f"{source}: x_train images are {train_x.shape[1:]} but x_test images are {test_x.shape[1:]}"
         )
-    classes: tuple[str, ...] | None = None
-    if "classes" in content:
-        if content["classes"].ndim != 1 or content["classes"].dtype.kind not in "UO":
-            raise DataError(f"{path}: 'classes' must be a 1-D array of strings")
-        classes = tuple(str(c) for c in content["classes"])
-    num_classes = len(classes) if classes is not None else None
-    train_y = _check_labels(np.asarray(content["y_train"]).reshape(-1), num_classes, f"{path} (y_train)")
-    test_y = _check_labels(np.asarray(content["y_test"]).reshape(-1), num_classes, f"{path} (y_test)")
-    _check_counts(train_x, train_y, f"{path} (x_train)", f"{path} (y_train)")
-    _check_counts(test_x, test_y, f"{path} (x_test)", f"{path} (y_test)")
-    if classes is None:
-        count = int(max(train_y.max(initial=-1), test_y.max(initial=-1))) + 1
+    names: tuple[str, ...] | None = None
+    if classes is not None:
+        classes = np.asarray(classes)
+        if classes.ndim != 1 or classes.dtype.kind not in "UO" or len(set(classes.tolist())) != len(classes):
+            raise DataError(f"{source}: 'classes' must be a 1-D array of distinct strings")
+        names = tuple(str(c) for c in classes)
+    num_classes = len(names) if names is not None else None
+    train_y = _check_labels(np.asarray(y_train).reshape(-1), num_classes, f"{source} (y_train)")
+    test_y = _check_labels(np.asarray(y_test).reshape(-1), num_classes, f"{source} (y_test)")
+    _check_counts(train_x, train_y, f"{source} (x_train)", f"{source} (y_train)")
+    _check_counts(test_x, test_y, f"{source} (x_test)", f"{source} (y_test)")
+    if names is None:
         if min(train_y.min(initial=0), test_y.min(initial=0)) < 0:
-            raise DataError(f"{path}: labels must be >= 0")
-        classes = tuple(str(i) for i in range(count))
-    return Arrays(train_x, _writable(train_y), test_x, _writable(test_y), classes)
+            raise DataError(f"{source}: labels must be >= 0")
+        count = int(max(train_y.max(initial=-1), test_y.max(initial=-1))) + 1
+        names = tuple(str(i) for i in range(count))
+    return Arrays(train_x, _writable(train_y), test_x, _writable(test_y), names)

@@ -136,6 +136,21 @@ class SplitSpec:
 
 SPLITS: dict[str, SplitSpec] = {}
 
+#: What a split's meaningful setting needs beyond fedhet's general defaults (10 rounds, constant lr), and the
+#: shipped experiment that has it (``fedhet partition --list`` prints it).
+SPLIT_ADVICE: dict[str, str] = {
+    "maverick": "the rare class is learned late: the papers' setting is 100 rounds with a cosine schedule "
+    "(celm/fmnist-maverick); 10 rounds at a constant lr can leave its recall at 0",
+    "free-rider": "100 rounds with a cosine schedule (celm/fmnist-free-rider)",
+    "pure-label-skew": "100 rounds with a cosine schedule (celm/fmnist-pls)",
+    "step-label-skew": "100 rounds with a cosine schedule (celm/fmnist-sls)",
+    "dirichlet-per-client": "100 rounds with a cosine schedule at small alpha (celm/fmnist-dir0.05)",
+    "cla": "FedRAC's setting: 2000 rounds of 5 local steps, a validation split (fedrac/fashion-mnist-cla)",
+    "pow": "FedRAC's setting: 2000 rounds of 1 local step, a validation split (fedrac/fashion-mnist-pow)",
+    "dirichlet-prior": "FedRAC's setting: 2000 rounds of 5 local steps (fedrac/fashion-mnist-dir7)",
+    "labeled-unlabeled": "a semi-supervised method and resnet8; proxyfl/fashion-mnist-fast runs 40 rounds",
+}
+
 
 def _register(
     name: str,

@@ -205,11 +205,20 @@ class Strategy(ABC):
     trainer_class: type[Trainer]
     #: True for a method whose rewards *are* the fairness reference (Standalone): no fairness against itself.
     rewards_are_reference: bool = False
+    #: What the method needs of its model beyond forward/state_dict (``fedhet.models.registry.MODEL_NEEDS``):
+    #: "head" (features + a Linear head), "masks" (maskable units). Checked before the first round.
+    model_needs: frozenset[str] = frozenset()
 
     def requirements(self) -> frozenset[str]:
         """Inputs beyond messages: ``"validation"`` (a server validation split), ``"reference_contributions"``
         (per-client reference accuracies, the standalone pre-pass)."""
         return frozenset()
+
+    def config_defaults(self) -> dict[str, Any]:
+        """Config values the method needs where the user left fedhet's general default (dotted key ->
+        value; ``fedhet.experiment.apply_method_defaults`` applies them with a notice), e.g. a server
+        validation split for CFFL, a model with maskable units for FedRAC."""
+        return {"data.validation_fraction": 0.1} if "validation" in self.requirements() else {}
 
     def simulation_only(self) -> list[str]:
         """Features of this configuration that need memory shared between clients (refused on Flower)."""

@@ -35,6 +35,7 @@ from fedhet.engine.protocol import LR_KEY, FederationInfo, Instruction, Reply, S
 from fedhet.engine.rundir import claim_run_dir, write_atomic
 from fedhet.engine.seeds import derived_rng, model_seed
 from fedhet.errors import CheckpointError, ClientUpdateError, ConfigError, TrainingDivergedError
+from fedhet.models.registry import check_model_contract
 
 log = logging.getLogger("fedhet")
 
@@ -216,6 +217,7 @@ class RoundLoop:
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(model_seed(cfg.seed))
             model = self.model_factory()
+        check_model_contract(model, strategy.model_needs, strategy.name, cfg.model.name)
         if cfg.model.init_from:  # "{seed}" in the path: one warm start per seed
             model.load_state_dict(warm_start_weights(cfg.model.init_from.format(seed=cfg.seed), model))
         #: A model of the run's architecture, whose state dict every reply is checked against.
@@ -488,6 +490,29 @@ class RoundLoop:
             (self.run_dir / "summary.json").unlink(missing_ok=True)
             write_atomic(self.run_dir / "config.toml", to_toml(cfg))
             self._write_partition()
+        from fedhet.report.tensorboard import TensorBoardLog  # lazily: reports import matplotlib
+
+        tensorboard = TensorBoardLog(self.run_dir, cfg.eval.tensorboard)
+        try:
+            self._train_rounds(tensorboard)
+        finally:
+            tensorboard.close()
+        summary = self.summary(time.perf_counter() - t0)
+        if self.run_dir is not None:
+            if self.fairness_reference is not None:
+                write_atomic(self.run_dir / "standalone.json", json.dumps(list(map(float, self.reference))))
+            write_atomic(self.run_dir / RECORDS_FILE, json.dumps(_jsonable(self.strategy.run_records())))
+            # A run counts as finished once its summary exists (compare's reuse, run_dir_state); the
+            # figures and CSVs are derived from it and the records, and can be rebuilt by `fedhet report`.
+            write_atomic(self.run_dir / "summary.json", json.dumps(_jsonable(summary), indent=2))
+            from fedhet.report.artifacts import write_run_artifacts
+
+            write_run_artifacts(self.run_dir)
+        return summary
+
+    def _train_rounds(self, tensorboard: Any) -> None:
+        """Rounds start_round..rounds: train, evaluate, record (metrics.jsonl, TensorBoard), checkpoint."""
+        cfg = self.cfg
         for rnd in range(self.start_round, cfg.train.rounds + 1):
             tr = time.perf_counter()
             line = self.train_round(rnd)
@@ -511,20 +536,9 @@ class RoundLoop:
                 every = cfg.eval.checkpoint_every
                 if rnd == cfg.train.rounds or (every and rnd % every == 0):
                     self.save(rnd)
+            tensorboard.write(rnd, line)
             if self.progress is not None:
                 self.progress(rnd, cfg.train.rounds, line)
-        summary = self.summary(time.perf_counter() - t0)
-        if self.run_dir is not None:
-            if self.fairness_reference is not None:
-                write_atomic(self.run_dir / "standalone.json", json.dumps(list(map(float, self.reference))))
-            write_atomic(self.run_dir / RECORDS_FILE, json.dumps(_jsonable(self.strategy.run_records())))
-            # A run counts as finished once its summary exists (compare's reuse, run_dir_state); the
-            # figures and CSVs are derived from it and the records, and can be rebuilt by `fedhet report`.
-            write_atomic(self.run_dir / "summary.json", json.dumps(_jsonable(summary), indent=2))
-            from fedhet.report.artifacts import write_run_artifacts
-
-            write_run_artifacts(self.run_dir)
-        return summary
 
     def summary(self, wall: float) -> dict[str, Any]:
         evals = [h for h in self.history if "accuracy" in h or "rewards" in h]

@@ -9,8 +9,9 @@ identical ``metrics.jsonl``.
 
 from __future__ import annotations
 
+import logging
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -34,20 +35,24 @@ from fedhet.engine.rounds import Failures, RoundLoop, Transport
 from fedhet.engine.seeds import derived_rng, derived_torch_generator
 from fedhet.errors import ConfigError
 
+log = logging.getLogger("fedhet")
+
 # --------------------------------------------------------------------------------------------------------
 # Data preparation
 # --------------------------------------------------------------------------------------------------------
-_DATASET_CACHE: dict[tuple[str, str | None], Any] = {}
+_DATASET_CACHE: dict[tuple[str, str | None, str | None], Any] = {}
 
 
-def get_dataset(name: str, root: str | None):
-    """Load a dataset once per process (compare runs share it)."""
-    from fedhet.data.datasets import load_dataset
+def get_dataset(name: str, root: str | None, path: str | None = None):
+    """Load a dataset once per process (compare runs share it); registered data sets are already in memory."""
+    from fedhet.data import datasets
 
-    key = (name, root)
+    if name in datasets._REGISTERED:
+        return datasets.load_dataset(name, root, path=path)
+    key = (name, root, path)
     if key not in _DATASET_CACHE:
         _DATASET_CACHE.clear()  # keep at most one dataset in memory
-        _DATASET_CACHE[key] = load_dataset(name, root)
+        _DATASET_CACHE[key] = datasets.load_dataset(name, root, path=path)
     return _DATASET_CACHE[key]
 
 
@@ -78,7 +83,7 @@ def build_federation(cfg: ExperimentConfig, device: torch.device, raw_inputs: bo
     """Load the dataset, hold out validation data, split the pool over clients, move tensors to ``device``."""
     from fedhet.data.splits import holdout_validation, make_partition
 
-    ds = get_dataset(cfg.data.dataset, cfg.data.root)
+    ds = get_dataset(cfg.data.dataset, cfg.data.root, cfg.data.path)
     n_train = int(ds.train_y.numel())
     all_idx = np.arange(n_train)
     if cfg.data.max_train_samples is not None and cfg.data.max_train_samples < n_train:
@@ -178,6 +183,8 @@ class InProcessClients(Transport):
         self.work_model = work_model
         self.states = {c.cid: ClientState() for c in self.clients}
         self.shared: dict[str, Any] = {}
+        #: Why this run's training cannot be vectorized ("" when it can; None before the first round).
+        self.vector_refusal: str | None = None
 
     def context(self, rnd: int, cid: int) -> TrainContext:
         return TrainContext(
@@ -203,12 +210,59 @@ class InProcessClients(Transport):
             for cid in client_ids
         }, {}
 
+    def vectorize(self, instructions: Mapping[int, Instruction]) -> bool:
+        """Whether this round's clients train at once (``engine.mode``; fedhet.engine.vectorized)."""
+        mode = self.cfg.engine.mode
+        if mode == "sequential" or not instructions:
+            return False
+        if self.vector_refusal is None:
+            from fedhet.engine.vectorized import why_not_vectorized
+
+            reason = why_not_vectorized(
+                self.trainer, self.work_model, self.cfg.train, faults=bool(self.cfg.faults.clients)
+            )
+            self.vector_refusal = reason or ""
+            if reason and mode == "vectorized":
+                raise ConfigError(
+                    f"engine.mode = 'vectorized' cannot train this run: {reason}. Use engine.mode = 'auto' "
+                    "(sequential where vectorizing does not apply) or 'sequential'"
+                )
+            if reason:
+                log.info("engine.mode = 'auto': training sequentially because %s", reason)
+        if self.vector_refusal:
+            return False
+        from fedhet.engine.vectorized import auto_threshold
+
+        return mode == "vectorized" or len(instructions) >= auto_threshold()
+
     def send(self, rnd: int, instructions: dict[int, Instruction]) -> tuple[dict[int, Reply], Failures]:
         """Run each instructed client. A client whose training raises is a failed client of this round
         (as a node that errors is on Flower): recorded, its state unchanged, the round goes on. A
         ConfigError is not a client's failure but the run's, and stops it."""
         replies: dict[int, Reply] = {}
         failures: Failures = {}
+        if self.vectorize(instructions):
+            from fedhet.engine.vectorized import train_group
+
+            ids = sorted(instructions)
+            try:
+                done = train_group(
+                    self.trainer,
+                    instructions,
+                    {c: self.states[c] for c in ids},
+                    {c: self.clients[c] for c in ids},
+                    {c: self.context(rnd, c) for c in ids},
+                )
+            except ConfigError:
+                raise
+            except Exception as exc:  # noqa: BLE001 - one client's error: rerun the round one by one
+                log.warning(
+                    "round %d: vectorized training raised %r; training its clients one by one", rnd, exc
+                )
+            else:
+                for cid, (reply, state) in done.items():
+                    replies[cid], self.states[cid] = reply, state
+                return replies, failures
         for cid in sorted(instructions):
             try:
                 data, context = self.clients[cid], self.context(rnd, cid)

@@ -33,6 +33,7 @@ from fedhet.engine import checkpoint as ckpt
 from fedhet.engine.rundir import run_dir_state
 from fedhet.errors import FedhetError, RunDirectoryError
 from fedhet.experiment import (
+    apply_method_defaults,
     make_simulation,
     needs_reference,
     standalone_accuracies,
@@ -40,7 +41,7 @@ from fedhet.experiment import (
     store_standalone_accuracies,
 )
 
-log = logging.getLogger("fedhet.compare")
+log = logging.getLogger("fedhet.comparison")
 
 #: progress(description, total_rounds) -> per-round callback, or None for no progress display
 ProgressFactory = Callable[[str, int], Callable[..., None]] | None
@@ -174,6 +175,9 @@ def run_comparison(
 ) -> dict[str, list[dict[str, Any]]]:
     """Run every method for every seed into ``out_dir/<method>-seed<k>``; summaries per method.
 
+    Config values a method needs where ``base`` holds fedhet's general default (a validation split, a model
+    with maskable units) are applied to ``base`` in place, for every method, with a notice.
+
     The standalone accuracies used for fairness are computed (or read from the cache) once per seed and
     shared by all methods of that seed. With ``reuse``, finished runs of the same experiment are read
     back instead of rerun and unfinished ones resume from their checkpoint. ``jobs > 1`` runs cells in
@@ -184,6 +188,13 @@ def run_comparison(
     if jobs < 1:
         raise ValueError(f"jobs={jobs} must be >= 1")
     method_params = method_params or {}
+    strategies = [
+        build_strategy(m, method_config(base, m, base.seed, method_params.get(m)).method.params)
+        for m in methods
+    ]
+    for notice in apply_method_defaults(base, strategies):  # in place: one split and model for all methods
+        if notify:
+            notify(f"note: {notice}, for every method of the comparison (one split and one model for all)")
     out_dir.mkdir(parents=True, exist_ok=True)
     plan = []
     for seed in seeds:
@@ -383,3 +394,25 @@ def aggregate_rows(results: dict[str, list[dict[str, Any]]]) -> list[dict[str, A
                     row[sk][k] = float(np.std(vals))
         rows.append(row)
     return rows
+
+
+def write_rows_csv(rows: list[dict[str, Any]], path: Path) -> Path:
+    """The compare table as CSV: one line per method, columns ``<view>_<metric>_mean|std`` for every scalar
+    metric of the final, best and last-10 views (the ``fedhet compare --json`` rows, flattened)."""
+    import csv
+
+    columns = ["method", "seeds"]
+    for view, (mk, _sk) in VIEW_KEYS.items():
+        metrics = sorted({k for row in rows for k in row.get(mk, {})})
+        columns += [f"{view}_{k}_{stat}" for k in metrics for stat in ("mean", "std")]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=columns)
+        writer.writeheader()
+        for row in rows:
+            line: dict[str, Any] = {"method": row["method"], "seeds": " ".join(map(str, row["seeds"]))}
+            for view, (mk, sk) in VIEW_KEYS.items():
+                for k, v in row.get(mk, {}).items():
+                    line[f"{view}_{k}_mean"], line[f"{view}_{k}_std"] = v, row[sk].get(k)
+            writer.writerow(line)
+    return path

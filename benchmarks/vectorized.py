@@ -1,0 +1,102 @@
+"""Vectorized clients (engine.mode = "vectorized") against the sequential engine, one FedAvg round each.
+
+N clients of 300 Fashion-MNIST samples each (IID), a small MLP (hidden 64), 1 local epoch, batch 32.
+The two engines run the same round from the same global weights, alternately in one process
+(``--repeats`` pairs, median of each); their resulting global models are compared too.
+
+    python benchmarks/vectorized.py [--clients 50 200] [--repeats 3] [--threads 1] [--json]
+
+Target (issue 18): vectorized ≥ 3× faster than sequential at 50 clients.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import statistics
+import time
+
+import torch
+
+from fedhet.config import ExperimentConfig
+from fedhet.experiment import make_simulation
+
+SAMPLES = 300
+
+
+def make_sim(clients: int, mode: str):
+    cfg = ExperimentConfig()
+    cfg.data.dataset, cfg.data.split, cfg.data.clients = "fashion-mnist", "iid", clients
+    cfg.data.max_train_samples = clients * SAMPLES
+    cfg.model.name, cfg.model.params = "mlp", {"hidden_sizes": [64]}
+    cfg.train.rounds, cfg.train.local_epochs, cfg.train.batch_size, cfg.train.lr = 1, 1, 32, 0.05
+    cfg.eval.fairness = False
+    cfg.engine.mode = mode
+    sim = make_simulation(cfg)
+    sim.setup()
+    return sim
+
+
+def measure(clients: int, repeats: int) -> dict:
+    sims = {mode: make_sim(clients, mode) for mode in ("sequential", "vectorized")}
+    start = {k: v.clone() for k, v in sims["sequential"].strategy.model.state_dict().items()}
+    times: dict[str, list[float]] = {mode: [] for mode in sims}
+    for rep in range(repeats + 1):  # the first pair warms both paths up and is not counted
+        for mode, sim in sims.items():
+            sim.strategy.model.load_state_dict(start)
+            t0 = time.perf_counter()
+            sim.train_round(1)
+            if rep:
+                times[mode].append(time.perf_counter() - t0)
+    seq, vec = (sims[m].strategy.model.state_dict() for m in ("sequential", "vectorized"))
+    gap = max(float((seq[k] - vec[k]).abs().max()) for k in seq)
+    med = {mode: statistics.median(ts) for mode, ts in times.items()}
+    return {
+        "clients": clients,
+        "sequential_s": med["sequential"],
+        "vectorized_s": med["vectorized"],
+        "speedup": med["sequential"] / med["vectorized"],
+        "max_weight_gap": gap,
+        "per_client_ms": {m: 1000 * med[m] / clients for m in med},
+    }
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--clients", type=int, nargs="+", default=[50, 200])
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--json", action="store_true")
+    args = ap.parse_args()
+    torch.set_num_threads(args.threads)
+    rows = [measure(n, args.repeats) for n in args.clients]
+    if args.json:
+        print(
+            json.dumps(
+                {
+                    "benchmark": "vectorized",
+                    "ratios": {f"speedup_{r['clients']}": r["speedup"] for r in rows},
+                    "targets": {"speedup_50": ">= 3"},
+                    "rows": rows,
+                    "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+                }
+            )
+        )
+        return
+    print(f"FedAvg round, {SAMPLES} samples per client, mlp [64], batch 32, threads={args.threads}, "
+          f"median of {args.repeats}")  # fmt: skip
+    print(f"{'clients':>8} {'sequential':>11} {'vectorized':>11} {'speed-up':>9} {'ms/client seq':>14} "
+          f"{'ms/client vec':>14} {'max |Δw|':>10}")  # fmt: skip
+    for r in rows:
+        print(
+            f"{r['clients']:>8} {r['sequential_s']:>10.3f}s {r['vectorized_s']:>10.3f}s "
+            f"{r['speedup']:>8.2f}× "
+            f"{r['per_client_ms']['sequential']:>14.2f} {r['per_client_ms']['vectorized']:>14.2f} "
+            f"{r['max_weight_gap']:>10.1e}"
+        )
+    print("target: speed-up >= 3 at 50 clients")
+
+
+if __name__ == "__main__":
+    main()

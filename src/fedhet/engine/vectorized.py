@@ -1,0 +1,236 @@
+"""Many small clients trained at once (``engine.mode = "vectorized"``): one ``torch.func`` program.
+
+The clients' start weights are stacked on a group axis and every step is one ``vmap`` over
+``grad`` of a functional loss, followed by a functional SGD step (momentum, weight decay, Nesterov and
+gradient clipping with ``torch.optim.SGD`` and ``clip_grad_norm_``'s semantics). Each client still takes
+exactly its own steps on exactly its own batches: the index sequence of every client is drawn first, from
+the same seeded generator and in the same order as ``SGDTrainer.batches``; a client's last, smaller batch of
+an epoch is padded and masked out of its mean loss, and a client that has taken all its steps is masked out
+of the update. Results equal the sequential engine's up to float reassociation (a tested tolerance).
+
+Only what the functional path can honour runs here (:func:`why_not_vectorized` names the reason otherwise):
+the trainers of FedAvg (``SGDTrainer``), FedProx (proximal term) and FedRS (restricted softmax), SGD without
+Adam, models without BatchNorm and without submodel masks, no injected training faults.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from types import SimpleNamespace
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+from torch.func import functional_call, grad, vmap
+
+from fedhet.engine.client import start_weights
+from fedhet.engine.protocol import (
+    ACTION_KEY,
+    LR_KEY,
+    ClientData,
+    ClientState,
+    Instruction,
+    LocalUpdate,
+    Reply,
+    TrainContext,
+    Trainer,
+)
+
+
+def _supported_trainers() -> dict[type, str]:
+    from fedhet.algorithms.fedavg import SGDTrainer
+    from fedhet.algorithms.fedprox import FedProxTrainer
+    from fedhet.algorithms.fedrs import FedRSTrainer
+
+    return {SGDTrainer: "plain", FedProxTrainer: "proximal", FedRSTrainer: "restricted"}
+
+
+def why_not_vectorized(trainer: Trainer, model: nn.Module, train: Any, faults: bool = False) -> str | None:
+    """None when this run's local training can be vectorized, else the reason (for the user)."""
+    if type(trainer) not in _supported_trainers():
+        return (
+            f"its trainer {type(trainer).__name__} has hooks the vectorized path cannot honour (supported: "
+            "the trainers of FedAvg, FedProx and FedRS)"
+        )
+    if train.optimizer != "sgd":
+        return f"train.optimizer = {train.optimizer!r} (the vectorized path implements SGD)"
+    if any(isinstance(m, nn.modules.batchnorm._BatchNorm) for m in model.modules()):
+        return "the model has BatchNorm layers (running statistics are per-client state vmap does not update)"
+    if getattr(model, "maskable_units", 0):
+        return "the model has submodel masks (FedRAC/FedSAC train masked submodels one by one)"
+    if faults:
+        return "[faults] are injected (they act per client on the sequential path)"
+    return None
+
+
+@dataclass
+class _Member:
+    """One client of the group: its ids, its update context and its batches as index tensors."""
+
+    cid: int
+    update: LocalUpdate
+    batches: Tensor  # (steps, batch_size) indices into data.inputs, -1 = padding
+    scale: Tensor | None  # FedRS logit scales (C,), or None
+    mu: float  # FedProx μ (0 without the proximal term)
+
+
+def _index_batches(trainer: Trainer, u: LocalUpdate) -> Tensor:
+    """The indices of every local step as a (steps, batch_size) tensor, -1 where a step's batch is shorter
+    (an epoch's last batch), drawn as ``SGDTrainer.batches`` draws them (the same generator calls)."""
+    data, gen = u.data, u.context.generator
+    n, bs = data.num_examples, u.context.train.batch_size
+    if n == 0:
+        return torch.empty(0, bs, dtype=torch.long)
+    steps = trainer.num_steps(u)
+    per_epoch = math.ceil(n / bs)
+    epochs = []
+    for _ in range(math.ceil(steps / per_epoch)):
+        perm = data.indices[torch.randperm(n, generator=gen).to(data.indices.device)].cpu()
+        padded = torch.full((per_epoch * bs,), -1, dtype=torch.long)
+        padded[:n] = perm
+        epochs.append(padded.view(per_epoch, bs))
+    return torch.cat(epochs)[:steps]
+
+
+def train_group(
+    trainer: Trainer,
+    instructions: Mapping[int, Instruction],
+    states: Mapping[int, ClientState],
+    datas: Mapping[int, ClientData],
+    contexts: Mapping[int, TrainContext],
+) -> dict[int, tuple[Reply, ClientState]]:
+    """Train the instructed clients at once; per client the (reply, new state) ``run_client`` would return.
+
+    Every client's context shares one work model (the transport's); the caller has checked
+    :func:`why_not_vectorized`. A client with no data or no steps replies as the sequential trainer does.
+    """
+    kinds = _supported_trainers()
+    kind = kinds[type(trainer)]
+    ids = sorted(instructions)
+    model = contexts[ids[0]].model
+    keys = list(model.state_dict().keys())
+    members: list[_Member] = []
+    for cid in ids:
+        ins, ctx = instructions[cid], contexts[cid]
+        if ins.config.get(ACTION_KEY):
+            raise ValueError("train_group trains; the describe exchange goes through run_client")
+        start = start_weights(ins, states[cid].weights, keys)
+        state = ClientState(weights=states[cid].weights, values=dict(states[cid].values))
+        u = LocalUpdate(model=model, data=datas[cid], instruction=ins, state=state, context=ctx, start=start)
+        u.scratch = SimpleNamespace()
+        model.load_state_dict(start)
+        trainer.prepare(u)  # FedRS: the client's logit scales; FedProx: μ and the reference weights
+        scale = getattr(u.scratch, "fedrs_scales", None) if kind == "restricted" else None
+        mu = float(getattr(u.scratch, "proximal_mu", 0.0)) if kind == "proximal" else 0.0
+        members.append(_Member(cid, u, _index_batches(trainer, u), scale, mu))
+
+    trained = _train_stacked(model, members, contexts[ids[0]].train)
+    out: dict[int, tuple[Reply, ClientState]] = {}
+    for member, (weights, loss_sum, steps) in zip(members, trained, strict=True):
+        u = member.update
+        model.load_state_dict(weights)  # the trainer's own finish/kept_weights hooks build the reply
+        metrics = {"train_loss": loss_sum / steps if steps else float("nan"), "steps": float(steps)}
+        reply = trainer.finish(u, metrics)
+        u.state.weights = trainer.kept_weights(u, reply)
+        out[member.cid] = (reply, u.state)
+    return out
+
+
+def _train_stacked(
+    model: nn.Module, members: Sequence[_Member], train: Any
+) -> list[tuple[dict[str, Tensor], float, int]]:
+    """The SGD loop of every member at once; per member its trained state dict, summed loss and step count."""
+    device = next(model.parameters()).device
+    names = [n for n, p in model.named_parameters() if p.requires_grad]
+    buffers = {n: b for n, b in model.named_buffers()}
+    # Each member's start weights, stacked on a leading group axis (what stack_module_state does to modules).
+    params = {n: torch.stack([m.update.start[n].to(device) for m in members]).detach().clone() for n in names}
+    reference = {n: params[n].clone() for n in names}  # FedProx: w_g, the start of training
+    template = copy.deepcopy(model).to("meta")
+    group = len(members)
+    data = members[0].update.data  # every client's view of the one training tensor of the run
+    assert all(m.update.data.inputs is data.inputs for m in members)
+    num_classes = data.num_classes
+    scales = torch.stack(
+        [
+            m.scale.to(device) if m.scale is not None else torch.ones(num_classes, device=device)
+            for m in members
+        ]
+    )
+    mus = torch.tensor([m.mu for m in members], device=device)
+    lrs = torch.tensor([float(m.update.config[LR_KEY]) for m in members], device=device)
+    momentum, wd, nesterov, clip = train.momentum, train.weight_decay, train.nesterov, train.grad_clip
+    bufs: dict[str, Tensor] | None = None
+    steps = [len(m.batches) for m in members]
+    most = max(steps, default=0)
+    batch_size = members[0].update.context.train.batch_size
+    # Every member's batches at once: (steps, members, batch) indices, -1 where a member has no sample.
+    schedule = torch.full((most, group, batch_size), -1, dtype=torch.long)
+    for i, m in enumerate(members):
+        schedule[: steps[i], i] = m.batches
+    schedule = schedule.to(device)
+    sample_weights = (schedule >= 0).to(torch.float32)
+    actives = torch.tensor([[t < s for s in steps] for t in range(most)], device=device).reshape(most, group)
+    schedule = schedule.clamp_min(0)
+    loss_sums = torch.zeros(group, dtype=torch.float64, device=device)
+
+    proximal = bool((mus != 0).any())
+
+    def member_loss(p, x, y, w, scale, mu, ref):
+        """One member's mean cross-entropy over its real samples (w = 1), + μ/2‖w − w_g‖² (FedProx)."""
+        logits = functional_call(template, (p, buffers), (x,)) * scale
+        per_sample = nn.functional.cross_entropy(logits, y, reduction="none")
+        loss = (per_sample * w).sum() / w.sum().clamp_min(1.0)
+        if proximal:
+            loss = loss + 0.5 * mu * sum(((p[n] - ref[n]) ** 2).sum() for n in p)
+        return loss, loss
+
+    step_fn = vmap(grad(member_loss, has_aux=True), in_dims=(0, 0, 0, 0, 0, 0, 0))
+    inputs, labels = data.inputs, data.labels
+    normalize = data.normalize
+    for t in range(most):
+        active, idx, weight = actives[t], schedule[t], sample_weights[t]
+        x = inputs[idx.reshape(-1)]
+        if normalize is not None:
+            x = normalize(x)
+        x = x.reshape(group, batch_size, *x.shape[1:])
+        y = labels[idx]
+        grads, losses = step_fn(params, x, y, weight, scales, mus, reference)
+        loss_sums += torch.where(active, losses.detach().double(), torch.zeros_like(loss_sums))
+        if clip:  # clip_grad_norm_: one norm over all of a client's parameters, coefficient capped at 1
+            norms = torch.sqrt(sum(g.reshape(group, -1).pow(2).sum(dim=1) for g in grads.values()))
+            coef = torch.clamp(clip / (norms + 1e-6), max=1.0)
+            grads = {n: g * coef.view(-1, *([1] * (g.dim() - 1))) for n, g in grads.items()}
+        gate = active.view(-1, 1)
+        new_bufs = {}
+        for n in names:
+            p, g = params[n], grads[n]
+            shape = (-1, *([1] * (p.dim() - 1)))
+            if wd:
+                g = g + wd * p
+            if momentum:  # torch.optim.SGD (dampening 0): buf ← μ·buf + g, the first step's buf = g
+                buf = g.clone() if bufs is None else bufs[n] * momentum + g
+                new_bufs[n] = buf if bufs is None else torch.where(gate.view(shape), buf, bufs[n])
+                g = g + momentum * new_bufs[n] if nesterov else new_bufs[n]
+            params[n] = torch.where(gate.view(shape), p - lrs.view(shape) * g, p)
+        if momentum:
+            bufs = new_bufs
+    results = []
+    for i, m in enumerate(members):
+        state = {k: v.clone() for k, v in m.update.start.items()}
+        for n in names:
+            state[n] = params[n][i].detach().clone()
+        results.append((state, float(loss_sums[i]), steps[i]))
+    return results
+
+
+def auto_threshold() -> int:
+    """The smallest number of clients in a round for which ``engine.mode = "auto"`` vectorizes (the
+    benchmark ``benchmarks/vectorized.py`` measures where the gain begins)."""
+    return 8
+
+
+__all__ = ["auto_threshold", "train_group", "why_not_vectorized"]
