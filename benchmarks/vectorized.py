@@ -25,10 +25,10 @@ from fedhet.experiment import make_simulation
 SAMPLES = 300
 
 
-def make_sim(clients: int, mode: str):
+def make_sim(clients: int, mode: str, samples: int = SAMPLES):
     cfg = ExperimentConfig()
     cfg.data.dataset, cfg.data.split, cfg.data.clients = "fashion-mnist", "iid", clients
-    cfg.data.max_train_samples = clients * SAMPLES
+    cfg.data.max_train_samples = clients * samples
     cfg.model.name, cfg.model.params = "mlp", {"hidden_sizes": [64]}
     cfg.train.rounds, cfg.train.local_epochs, cfg.train.batch_size, cfg.train.lr = 1, 1, 32, 0.05
     cfg.eval.fairness = False
@@ -38,8 +38,8 @@ def make_sim(clients: int, mode: str):
     return sim
 
 
-def measure(clients: int, repeats: int) -> dict:
-    sims = {mode: make_sim(clients, mode) for mode in ("sequential", "vectorized")}
+def measure(clients: int, repeats: int, samples: int = SAMPLES) -> dict:
+    sims = {mode: make_sim(clients, mode, samples) for mode in ("sequential", "vectorized")}
     start = {k: v.clone() for k, v in sims["sequential"].strategy.model.state_dict().items()}
     times: dict[str, list[float]] = {mode: [] for mode in sims}
     for rep in range(repeats + 1):  # the first pair warms both paths up and is not counted
@@ -62,14 +62,59 @@ def measure(clients: int, repeats: int) -> dict:
     }
 
 
+def scaling(counts: list[int], repeats: int, plot: str | None) -> list[dict]:
+    """Round time against the client count, 60 samples per client (2 local steps), both modes; the
+    per-client constant is the slope of a least-squares line through (clients, seconds)."""
+    import numpy as np
+
+    rows = [measure(n, repeats, samples=60) for n in counts]
+    slopes = {}
+    for mode in ("sequential", "vectorized"):
+        seconds = [r[f"{mode}_s"] for r in rows]
+        slopes[mode] = 1000 * float(np.polyfit(counts, seconds, 1)[0])
+    print(f"round time vs clients (60 samples each): per-client constant (slope) sequential "
+          f"{slopes['sequential']:.2f} ms, vectorized {slopes['vectorized']:.2f} ms")  # fmt: skip
+    for r in rows:
+        print(f"  {r['clients']:>5} clients: sequential {r['sequential_s']:.3f} s, vectorized "
+              f"{r['vectorized_s']:.3f} s ({r['speedup']:.2f}×)")  # fmt: skip
+    if plot:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+
+        fig, ax = plt.subplots(figsize=(6, 4), constrained_layout=True)
+        for mode in ("sequential", "vectorized"):
+            ax.plot(
+                counts, [r[f"{mode}_s"] for r in rows], "o-", label=f"{mode} ({slopes[mode]:.2f} ms/client)"
+            )
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_xlabel("clients in the round (60 samples each)")
+        ax.set_ylabel("round time (s)")
+        ax.set_title("FedAvg round, mlp [64], 1 thread")
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend()
+        fig.savefig(plot, dpi=110)
+        print(f"plot: {plot}")
+    return rows
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--clients", type=int, nargs="+", default=[50, 200])
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--json", action="store_true")
+    ap.add_argument(
+        "--scaling", type=int, nargs="*", help="round time at these client counts (60 samples each)"
+    )
+    ap.add_argument("--plot", help="PNG of the --scaling curve")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
+    if args.scaling:
+        scaling(args.scaling, args.repeats, args.plot)
+        return
     rows = [measure(n, args.repeats) for n in args.clients]
     if args.json:
         print(

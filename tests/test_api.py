@@ -96,6 +96,17 @@ def test_from_arrays_trains_on_the_users_classes_through_the_python_api():
     assert result.run_dir is None and result.method == "fedavg"
 
 
+@pytest.mark.parametrize("method", ["celm", "cgsv", "cffl", "shapfed", "fedrac", "fedprox", "fedrs", "iafl"])
+def test_every_kind_of_method_runs_on_the_users_data(method):
+    xtr, ytr, xte, yte = five_digit_classes()
+    data = from_arrays(xtr, ytr, xte, yte, name="five-digits")
+    cfg = tiny_run(method__name=method, train__rounds=2, data__split="dirichlet-per-class")
+    cfg["data"]["split_params"] = {"alpha": 0.5}
+    result = fedhet.run(cfg, dataset=data)  # CFFL/FedRAC get their validation split, FedRAC mlp200
+    assert len(result.final["per_class_recall"]) == 5 and 0.0 <= result.accuracy <= 1.0
+    assert len(result.metrics) == 2
+
+
 def test_from_arrays_refuses_bad_arrays_naming_the_problem():
     xtr, ytr, xte, yte = five_digit_classes()
     with pytest.raises(DataError, match=r"y_train.*out of range"):

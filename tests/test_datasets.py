@@ -501,3 +501,23 @@ def test_an_empty_test_set_or_wrong_image_shape_is_refused(tmp_path, n_test, sha
     with pytest.raises(DataError) as info:
         load_dataset("mnist", tmp_path, cache=False)
     assert needle in str(info.value)
+
+
+def test_image_tensors_have_canonical_strides_so_no_conv_runs_channels_last():
+    """numpy calls images[idx] of an (N, 1, H, W) array C-contiguous with a channel stride of 1; torch reads
+    that as channels_last and oneDNN's 1x1 strided backward-weights kernel then corrupts the heap for < 8
+    input channels (the native crash of issue 17). Every data set's tensors must have the standard strides."""
+    from fedhet.data.datasets import from_arrays, load_dataset, to_tensor
+
+    images = np.arange(5 * 64, dtype=np.uint8).reshape(5, 8, 8)[:, None][[3, 1, 4]]
+    assert images.flags.c_contiguous and images.strides[1] == 1  # the trap: numpy does not restride it
+
+    def standard(t):
+        _, c, h, w = t.shape
+        return list(t.stride()) == [c * h * w, h * w, w, 1]
+
+    assert standard(to_tensor(images))
+    digits = load_dataset("digits")
+    assert standard(digits.train_x) and standard(digits.test_x)
+    made = from_arrays(images, np.array([0, 1, 0]), images, np.array([1, 0, 1]), name="strides")
+    assert standard(made.train_x)

@@ -659,9 +659,14 @@ def _channel_stats(images: np.ndarray, chunk: int = 4096) -> tuple[tuple[float, 
     return tuple(float(m) for m in mean), tuple(float(max(s, 1e-6)) for s in std)
 
 
-def _tensor(array: np.ndarray) -> torch.Tensor:
+def to_tensor(array: np.ndarray) -> torch.Tensor:
+    """A torch tensor sharing a C-ordered, writable copy of ``array`` with the canonical strides."""
     array = np.ascontiguousarray(array)
-    if not array.flags.writeable:
+    # numpy calls an array C-contiguous whatever the stride of a size-1 axis: images[idx] of an (N, 1, H, W)
+    # array has channel stride 1, which torch reads as channels_last, so every conv would run NHWC (oneDNN's
+    # 1x1 strided backward-weights kernel corrupts the heap there for < 8 input channels). copy() restrides.
+    canonical = tuple(int(np.prod(array.shape[i + 1 :])) * array.itemsize for i in range(array.ndim))
+    if not array.flags.writeable or array.strides != canonical:
         array = array.copy()
     return torch.from_numpy(array)
 
@@ -671,10 +676,10 @@ def _to_dataset(
 ) -> Dataset:
     return Dataset(
         name=name,
-        train_x=_tensor(arrays.train_x),
-        train_y=_tensor(arrays.train_y.astype(np.int64, copy=False)),
-        test_x=_tensor(arrays.test_x),
-        test_y=_tensor(arrays.test_y.astype(np.int64, copy=False)),
+        train_x=to_tensor(arrays.train_x),
+        train_y=to_tensor(arrays.train_y.astype(np.int64, copy=False)),
+        test_x=to_tensor(arrays.test_x),
+        test_y=to_tensor(arrays.test_y.astype(np.int64, copy=False)),
         classes=tuple(classes),
         mean=tuple(float(m) for m in mean),
         std=tuple(float(s) for s in std),

@@ -123,7 +123,7 @@ def _local_client_data(
     device: torch.device,
 ) -> tuple[ClientData, bool]:
     """A node's own data as ClientData, normalised with the run's statistics; shape and labels checked."""
-    from fedhet.data.datasets import load_local_data
+    from fedhet.data.datasets import load_local_data, to_tensor
 
     arrays, names_given = load_local_data(data_dir, channels=input_shape[0])
     shape = tuple(arrays.train_x.shape[1:])
@@ -139,7 +139,7 @@ def _local_client_data(
             f"data-dir {data_dir}: class names {list(arrays.classes)} differ from the run's {classes}"
         )
     normalize = _normalizer(list(run["mean"]), list(run["std"]))
-    images = torch.from_numpy(np.ascontiguousarray(arrays.train_x))
+    images = to_tensor(arrays.train_x)  # canonical strides (see datasets.to_tensor: oneDNN and NHWC)
     inputs = (images.float() / 255.0) if raw else normalize(images)
     data = ClientData(
         cid=cid,
