@@ -83,6 +83,11 @@ def test_parse_value():
     assert parse_value("cosine") == "cosine"
     assert parse_value("[1, 2]") == [1, 2]
     assert parse_value("none") is None
+    # more than one TOML line is not one value: kept whole as a string (then refused by a numeric field),
+    # never read as 0.5 with the rest dropped
+    assert parse_value("0.5\nx = 1") == "0.5\nx = 1"
+    with pytest.raises(ConfigError, match="train.lr"):
+        apply_override(ExperimentConfig(), "train.lr", "0.5\nx = 1")
 
 
 def test_fingerprint_ignores_excluded_keys():

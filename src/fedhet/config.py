@@ -529,7 +529,10 @@ def load_config_text(text: str, source: str = "the config") -> ExperimentConfig:
 def parse_value(text: str) -> Any:
     """Parse a CLI value as a TOML literal (int, float, bool, list, string); bare words stay strings."""
     try:
-        return tomllib.loads(f"v = {text}")["v"]
+        parsed = tomllib.loads(f"v = {text}")
+        if set(parsed) != {"v"}:  # "0.5\nx = 1" is not one literal: never drop the rest silently
+            return text
+        return parsed["v"]
     except RecursionError as exc:
         raise ConfigError(f"the value {text[:20]!r}... nests too deeply to be read") from exc
     except tomllib.TOMLDecodeError:
