@@ -403,3 +403,30 @@ def test_installed_packages_add_methods_models_and_data_through_entry_points(tmp
     shares = list(result.metrics[-1]["aggregation_weights"].values())
     assert shares == pytest.approx([1 / 3] * 3)  # the plugin's uniform weighting, whatever the sizes
     assert result.accuracy > 0.6  # three well-separated classes; chance is 1/3
+
+
+@pytest.mark.slow
+def test_a_method_registered_at_import_time_reaches_compare_worker_processes(tmp_path):
+    """docs/your-own-data.md: compare --jobs N spawns workers that import the calling script again, so a
+    registration at its top level is seen there."""
+    script = tmp_path / "my_study.py"
+    script.write_text(
+        "import fedhet\n"
+        "from fedhet.algorithms import register\n"
+        "from fedhet.algorithms.fedavg import FedAvg\n"
+        "class Renamed(FedAvg):\n"  # FedAvg under a name only this script registers
+        "    name = 'fedavg-renamed'\n"
+        "register(Renamed)\n"
+        "if __name__ == '__main__':\n"
+        "    cfg = {'data': {'dataset': 'digits', 'clients': 3}, 'model': {'name': 'mlp'},\n"
+        "           'train': {'rounds': 1}, 'eval': {'fairness': False}}\n"
+        "    methods = ['fedavg', 'fedavg-renamed']\n"
+        "    table = fedhet.compare(cfg, methods=methods, seeds=[0, 1], jobs=2, out='cmp')\n"
+        "    print('ROWS', [r['method'] for r in table.rows], table.runs['fedavg-renamed'][1].method)\n"
+    )
+    env = {**os.environ, "FEDHET_CACHE": str(tmp_path / "cache")}
+    done = subprocess.run(
+        [sys.executable, str(script)], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "ROWS ['fedavg', 'fedavg-renamed'] fedavg-renamed" in done.stdout
