@@ -19,7 +19,6 @@ from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
-from scipy import stats
 
 from fedhet.errors import ConfigError
 
@@ -223,6 +222,8 @@ def fairness(contribution: ArrayLike, reward: ArrayLike, kind: str = "pearson") 
     # Constant inputs make the correlation 0/0; scipy would warn and return NaN, we return NaN quietly.
     if x.size < 2 or np.all(x == x[0]) or np.all(y == y[0]):
         return math.nan
+    from scipy import stats  # here, not at import: scipy.stats costs ~1 s of every process's start-up
+
     if kind == "pearson":
         correlation = stats.pearsonr(x, y).statistic
     else:
