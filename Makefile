@@ -38,7 +38,7 @@ demo: setup
 	  --seeds 2 --jobs 2 --out runs/demo --title "fedhet demo: FedAvg vs CELM on the Fashion-MNIST maverick split"
 
 bench: setup
-	$(PY) benchmarks/engine_overhead.py
+	$(PY) benchmarks/run_all.py
 
 # Mutation testing of the formula modules (not in CI: about an hour on 2 cores); kill rates per module.
 mutation: setup

@@ -19,6 +19,7 @@ import statistics
 import time
 
 import torch
+from common import emit
 
 from fedhet.algorithms.celm import probe_generator
 from fedhet.algorithms.logit_probes import maximize_class_logits
@@ -45,6 +46,7 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--steps", type=int, default=200, help="probe Adam steps (CELM default 200)")
     ap.add_argument("--split", default="maverick", help="data split of the federation (default maverick)")
+    ap.add_argument("--json", action="store_true", help="end with the JSON result line")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
 
@@ -121,6 +123,20 @@ def main() -> None:
         print(f"ratio loop / batched       = {loop_time[i] / t_batched[i]:6.2f}x   (target >= 15x; {view})")
         print(f"ratio probe / FedAvg round = {t_batched[i] / t_round[i]:6.2f}x   (target <= 0.5x; {view})")
         print(f"ratio loop / vmap          = {loop_time[i] / t_vmap[i]:6.2f}x   ({view}; the generic path)")
+    if args.json:
+        emit(
+            "celm_probe",
+            {
+                "loop_over_batched_cpu": loop_time[1] / t_batched[1],
+                "probe_over_round_cpu": t_batched[1] / t_round[1],
+                "loop_over_vmap_cpu": loop_time[1] / t_vmap[1],
+            },
+            {"loop_over_batched_cpu": ">= 15", "probe_over_round_cpu": "<= 0.5"},
+            settings=f"Fashion-MNIST mlp, {args.split} split, {args.clients} clients + the global model, "
+            f"{probes} probes x {args.steps} Adam steps, {args.threads} thread(s), median of {args.repeats}; "
+            "ratios of this process's CPU time",
+            rows=[{"what": label, "wall_s": wall, "cpu_s": cpu} for label, (wall, cpu) in rows],
+        )
 
 
 if __name__ == "__main__":

@@ -20,6 +20,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from common import emit
+
 ARGS = ["--methods", "fedavg,celm", "--seeds", "2", "--dataset", "fashion-mnist", "--split", "iid",
         "--clients", "10", "--model", "mlp", "--set", "data.max_train_samples=12000",
         "--set", "data.max_test_samples=2000", "--set", "eval.fairness=false", "--set", "train.threads=1",
@@ -52,9 +54,16 @@ def main() -> None:
     same = rows[1] == rows[2]
     one, two = statistics.median(times[1]), statistics.median(times[2])
     if args.json:
-        print(json.dumps({"benchmark": "compare_jobs", "ratios": {"jobs2_speedup": one / two},
-                          "targets": {"jobs2_speedup": "close to 2 on 2 cores"}, "same_metrics": same,
-                          "seconds": times}))  # fmt: skip
+        emit(
+            "compare_jobs",
+            {"jobs2_speedup": one / two},
+            {},  # the issue asks for the measurement, not a number; two independent processes give ~1.8x here
+            settings="fedhet compare, FedAvg and CELM x 2 seeds (4 cells), Fashion-MNIST IID, 10 clients, "
+            f"mlp, {args.rounds} rounds on 12,000 samples, one torch thread per cell, "
+            f"median of {args.repeats}",
+            rows=[{"jobs": 1, "wall_s": one}, {"jobs": 2, "wall_s": two}],
+            same_metrics=same,
+        )
         return
     print(f"fedhet compare, 4 cells (FedAvg and CELM x 2 seeds), median of {args.repeats}:")
     print(

@@ -25,6 +25,8 @@ import threading
 import time
 from pathlib import Path
 
+from common import emit
+
 
 def tree_rss_bytes(root: int) -> int:
     """Resident memory of ``root`` and every descendant (Linux /proc)."""
@@ -110,6 +112,7 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=4)
     parser.add_argument("--clients", default="10,50")
     parser.add_argument("--methods", default="fedavg,celm")
+    parser.add_argument("--json", action="store_true", help="end with the JSON result line")
     parser.add_argument("--one", nargs=3, metavar=("ENGINE", "METHOD", "CLIENTS"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.one:
@@ -143,14 +146,30 @@ def main() -> int:
                 )
     print()
     by = {(r["engine"], r["method"], r["clients"]): r for r in rows}
+    ratios, targets = {}, {}
     for clients in (int(c) for c in args.clients.split(",")):
         for method in args.methods.split(","):
             e, f = by[("embedded", method, clients)], by[("flower", method, clients)]
+            key = f"flower_over_embedded_round_{method}_{clients}"
+            ratios[key] = f["round_s"] / e["round_s"]
+            ratios[f"flower_over_embedded_memory_{method}_{clients}"] = f["peak_rss_gb"] / e["peak_rss_gb"]
+            if clients == 10:
+                targets[key] = ">= 5"
             print(
                 f"RATIO flower/embedded {method} N={clients}: per round {f['round_s'] / e['round_s']:.2f}x, "
                 f"peak memory {f['peak_rss_gb'] / e['peak_rss_gb']:.2f}x; Flower start-up "
                 f"{f['startup_s']:.1f} s (embedded {e['startup_s']:.1f} s)"
             )
+    if args.json:
+        emit(
+            "engine_compare",
+            ratios,
+            targets,
+            settings=f"Fashion-MNIST, mlp, IID, 1 local epoch, {args.rounds} rounds per cell, each cell in "
+            "its own process; per-round time = median train + eval time of rounds 2 onwards; embedded: one "
+            "torch thread, Flower: Ray simulation, one client per CPU",
+            rows=rows,
+        )
     return 0
 
 

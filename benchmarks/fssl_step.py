@@ -14,6 +14,7 @@ import time
 
 import numpy as np
 import torch
+from common import emit
 
 from fedhet.config import ExperimentConfig
 from fedhet.engine.client import run_client
@@ -76,21 +77,35 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=5)
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--methods", default=",".join(METHODS))
+    parser.add_argument("--json", action="store_true", help="end with the JSON result line")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     print(
         f"{args.dataset}, resnet8 width {args.width}, B = {args.batch_size} (+2B unlabeled), "
         f"{args.threads} thread(s)"
     )
-    base = None
+    base, rows = None, []
     for method in args.methods.split(","):
         ms = time_method(method, args)
         base = base or ms
+        rows.append({"method": method, "ms_per_step": ms, "vs_first": ms / base})
         print(
             f"  {method:16s} {ms:8.1f} ms/step   x{ms / base:5.2f} vs {args.methods.split(',')[0]}",
             flush=True,
         )
-    print(f"  GPT (8 clients, Q=100, batch 4): {time_gpt(args):.2f} s/round")
+    gpt_s = time_gpt(args)
+    print(f"  GPT (8 clients, Q=100, batch 4): {gpt_s:.2f} s/round")
+    if args.json:
+        emit(
+            "fssl_step",
+            {f"{r['method']}_over_{rows[0]['method']}": r["vs_first"] for r in rows[1:]},
+            {},
+            settings=f"{args.dataset}, resnet8 width {args.width}, B = {args.batch_size} labeled + "
+            f"{2 * args.batch_size} unlabeled, {args.threads} thread(s), median of 3 x {args.steps} steps; "
+            "GPT: 8 clients' proxies, Q = 100 epochs, batch 4",
+            rows=rows,
+            gpt_seconds_per_round=gpt_s,
+        )
 
 
 if __name__ == "__main__":

@@ -12,12 +12,11 @@ Target (issue 18): vectorized ≥ 3× faster than sequential at 50 clients.
 from __future__ import annotations
 
 import argparse
-import json
-import resource
 import statistics
 import time
 
 import torch
+from common import emit
 
 from fedhet.config import ExperimentConfig
 from fedhet.experiment import make_simulation
@@ -62,7 +61,7 @@ def measure(clients: int, repeats: int, samples: int = SAMPLES) -> dict:
     }
 
 
-def scaling(counts: list[int], repeats: int, plot: str | None) -> list[dict]:
+def scaling(counts: list[int], repeats: int, plot: str | None) -> tuple[list[dict], dict[str, float]]:
     """Round time against the client count, 60 samples per client (2 local steps), both modes; the
     per-client constant is the slope of a least-squares line through (clients, seconds)."""
     import numpy as np
@@ -97,7 +96,14 @@ def scaling(counts: list[int], repeats: int, plot: str | None) -> list[dict]:
         ax.legend()
         fig.savefig(plot, dpi=110)
         print(f"plot: {plot}")
-    return rows
+    return rows, slopes
+
+
+def flat(row: dict) -> dict:
+    """A measured row with the per-client times as columns of their own (for a Markdown table)."""
+    out = {k: v for k, v in row.items() if k != "per_client_ms"}
+    out.update({f"{m}_ms_per_client": v for m, v in row["per_client_ms"].items()})
+    return out
 
 
 def main() -> None:
@@ -113,20 +119,29 @@ def main() -> None:
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     if args.scaling:
-        scaling(args.scaling, args.repeats, args.plot)
+        rows, slopes = scaling(args.scaling, args.repeats, args.plot)
+        if args.json:
+            emit(
+                "vectorized_scaling",
+                {f"speedup_{r['clients']}": r["speedup"] for r in rows},
+                {},
+                settings=f"one FedAvg round, 60 Fashion-MNIST samples per client (2 local steps of 32), mlp "
+                f"[64], {args.threads} thread(s), median of {args.repeats}; per-client constant = slope of a "
+                "least-squares line through (clients, round seconds)",
+                rows=[flat(r) for r in rows],
+                per_client_ms=slopes,
+                plot=args.plot,
+            )
         return
     rows = [measure(n, args.repeats) for n in args.clients]
     if args.json:
-        print(
-            json.dumps(
-                {
-                    "benchmark": "vectorized",
-                    "ratios": {f"speedup_{r['clients']}": r["speedup"] for r in rows},
-                    "targets": {"speedup_50": ">= 3"},
-                    "rows": rows,
-                    "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
-                }
-            )
+        emit(
+            "vectorized",
+            {f"speedup_{r['clients']}": r["speedup"] for r in rows},
+            {"speedup_50": ">= 3"} if 50 in args.clients else {},
+            settings=f"one FedAvg round, {SAMPLES} Fashion-MNIST samples per client (IID), mlp [64], "
+            f"batch 32, 1 local epoch, {args.threads} thread(s), median of {args.repeats} alternating pairs",
+            rows=[flat(r) for r in rows],
         )
         return
     print(f"FedAvg round, {SAMPLES} samples per client, mlp [64], batch 32, threads={args.threads}, "

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 import torch
 
 from fedhet.cli import main
-from fedhet.reproduce import list_specs, load_spec, parse_paper_value
+from fedhet.errors import ConfigError
+from fedhet.reproduce import QUICK, list_specs, load_spec, parse_paper_value
 
 torch.set_num_threads(1)
 
@@ -105,3 +107,67 @@ def test_method_params_of_a_table_and_a_row_reach_the_runs(tmp_path, capsys):
     )
     with pytest.raises(Exception, match="method_params"):
         load_spec(str(bad))
+
+
+def test_scales_of_a_table(tmp_path):
+    cfg = tmp_path / "small.toml"
+    cfg.write_text("[data]\ndataset = 'digits'\n")
+    spec = tmp_path / "table.toml"
+    body = "title = 't'\nmethods = ['fedavg']\n[[rows]]\nname = 'r'\nconfig = 'small.toml'\n"
+    spec.write_text(body + "[scales.cpu]\nseeds = 2\nset = ['train.rounds=7']\nnote = 'rounds cut to 7'\n")
+    loaded = load_spec(str(spec))
+    cpu = loaded.at_scale("cpu")
+    assert (cpu.seeds, cpu.overrides, cpu.note) == (2, ("train.rounds=7",), "rounds cut to 7")
+    assert loaded.at_scale("quick") == QUICK and loaded.at_scale("full").overrides == ()
+    with pytest.raises(ConfigError, match="huge"):
+        loaded.at_scale("huge")
+    spec.write_text(body + "[scales.cpu]\nset = ['train.rounds=7']\n")
+    with pytest.raises(ConfigError, match="note"):
+        load_spec(str(spec))
+    spec.write_text(body + "[scales.gpu]\nnote = 'x'\n")
+    with pytest.raises(ConfigError, match="gpu"):
+        load_spec(str(spec))
+
+
+def _page_cells(page: str, methods: list[str]) -> dict[tuple[str, str], str]:
+    """(row, method) -> cell text of the result page's table."""
+    lines = [ln for ln in page.splitlines() if ln.startswith("| ")]  # the separator row starts "|---"
+    header = [c.strip() for c in lines[0].strip("|").split("|")]
+    cells = {}
+    for ln in lines[1:]:
+        values = [c.strip() for c in ln.split("|")[1:-1]]
+        for m in methods:
+            cells[(values[0], m)] = values[header.index(m)]
+    return cells
+
+
+def test_quick_reproduction_writes_a_result_page_with_every_cell_and_continues(tmp_path, capsys):
+    """`fedhet reproduce NAME --scale quick --page`: every (row, method) cell of the table holds our number
+    beside the paper's, the page says how to regenerate it and at which scale and commit, its figures exist,
+    the index links it; rerunning reuses the finished cells and gives the same page numbers."""
+    page, out = tmp_path / "results" / "celm-table1-fmnist.md", tmp_path / "out"
+    args = ["reproduce", "celm-table1-fmnist", "--scale", "quick", "--page", str(page), "--out", str(out)]
+    assert main([*args, "--quiet"]) == 0
+    text = page.read_text()
+    spec = load_spec("celm-table1-fmnist")
+    cells = _page_cells(text, spec.methods)
+    assert len(cells) == len(spec.rows) * len(spec.methods)
+    for row in spec.rows:
+        for m in spec.methods:
+            paper, std = row.paper[m]
+            assert re.match(
+                rf"\*\*\d+\.\d\d\*\* \(1 seed\) / paper {paper:.2f} ± {std:.2f} / Δ [+-]\d",
+                cells[(row.name, m)],
+            )
+    assert f"fedhet reproduce celm-table1-fmnist --scale quick --page {page}" in text
+    assert "scale **quick**" in text and "Measured at commit" in text and "## Gaps and their causes" in text
+    for figure in re.findall(r"\]\((figures/[^)]+)\)", text):
+        assert (page.parent / figure).is_file()
+    index = (page.parent / "README.md").read_text()
+    assert "[celm-table1-fmnist.md](celm-table1-fmnist.md) | quick" in index
+    assert "| `proxyfl-table1` |" in index and "not measured yet" in index
+    capsys.readouterr()
+    assert main([*args, "--quiet", "--json"]) == 0  # the finished cells are reused, not rerun
+    again = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert _page_cells(page.read_text(), spec.methods) == cells
+    assert again["scale"] == "quick" and all(r["rounds"] == 2 for r in again["results"])

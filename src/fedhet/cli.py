@@ -552,17 +552,41 @@ def cmd_report(args: argparse.Namespace) -> int:
     return 0
 
 
+def reproduce_command(args: argparse.Namespace, table: str, scale: str) -> str:
+    """The `fedhet reproduce` command line that regenerates a result page (printed on the page)."""
+    import shlex
+
+    parts = ["fedhet", "reproduce", table, "--scale", scale]
+    optional = {
+        "--seeds": args.seeds,
+        "--rounds": args.rounds,
+        "--rows": args.rows,
+        "--methods": args.methods,
+    }
+    optional["--jobs"] = args.jobs if args.jobs > 1 else None
+    for flag, value in optional.items():
+        if value is not None:
+            parts += [flag, str(value)]
+    for item in args.set:
+        parts += ["--set", item]
+    parts += ["--page", args.page]
+    return shlex.join(parts)
+
+
 def cmd_reproduce(args: argparse.Namespace) -> int:
     from fedhet.engine.rounds import _jsonable
-    from fedhet.reproduce import list_specs, load_spec, render_markdown, run_spec, write_results
+    from fedhet.reproduce import list_specs, load_spec, render_markdown, run_spec, write_page, write_results
 
     if args.list or not args.table:
         for name in list_specs():
             spec = load_spec(name)
-            print(f"{name}: {spec.title} ({len(spec.rows)} rows; methods {', '.join(spec.methods)})")
+            offline = sum(not r.available for r in spec.rows)
+            extra = f"; {offline} row(s) need data not obtainable offline" if offline else ""
+            print(f"{name}: {spec.title} ({len(spec.rows)} rows{extra}; methods {', '.join(spec.methods)})")
         return 0
     console = _console(args)
     spec = load_spec(args.table)
+    scale = spec.at_scale(args.scale)
     overrides = list(args.set)
     if args.jobs > 1:
         from fedhet.comparison import default_threads
@@ -571,12 +595,13 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
     if args.rounds is not None:
         overrides.append(f"train.rounds={args.rounds}")
     methods = [m.strip() for m in args.methods.split(",")] if args.methods else None
+    # A stable default directory per (table, scale): rerunning the command continues an interrupted run.
     out_dir = _writable_dir(
-        Path(args.out)
-        if args.out
-        else Path("runs") / f"reproduce-{spec.path.stem}-{time.strftime('%Y%m%d-%H%M%S')}",
-        "--out",
+        Path(args.out) if args.out else Path("runs") / "reproduce" / f"{spec.path.stem}-{scale.name}", "--out"
     )
+    if not args.quiet:
+        console.print(f"{spec.title}: scale {scale.name} ({scale.note}); output {out_dir}")
+    started = time.perf_counter()
     with RunProgress(console, enabled=not args.quiet) as prog:
         results = run_spec(
             spec,
@@ -587,14 +612,25 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
             out_dir=out_dir,
             progress=prog.callback,
             jobs=args.jobs,
+            scale=scale.name,
         )
-    md = write_results(spec, results, out_dir)
+    wall = time.perf_counter() - started
+    md = write_results(spec, results, out_dir, scale=scale.name)
+    if args.page:
+        from fedhet.report.provenance import commit
+
+        command = reproduce_command(args, spec.path.stem, scale.name)
+        page = write_page(
+            spec, results, Path(args.page), scale=scale.name, command=command, commit=commit(), wall_s=wall
+        )
+        if not args.quiet:
+            console.print(f"result page written to {page}")
     if args.json:
-        print(json.dumps(_jsonable({"title": spec.title, "results": results})))
+        print(json.dumps(_jsonable({"title": spec.title, "scale": scale.name, "results": results})))
     else:
         from rich.markdown import Markdown
 
-        console.print(Markdown(render_markdown(spec, results)))
+        console.print(Markdown(render_markdown(spec, results, scale=scale.name)))
         console.print(f"written to {md}")
     return 0
 
@@ -735,6 +771,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--list", action="store_true", help="list the available tables")
     p.add_argument("--seeds", type=int, help="seeds per row (default: the table's)")
     p.add_argument("--rounds", type=int, help="override the rounds of every row (reduced-scale runs)")
+    p.add_argument(
+        "--scale",
+        choices=("quick", "cpu", "full"),
+        default="full",
+        help="quick: minutes, checks the pipeline; cpu: the largest that fits a 2-core machine in about an "
+        "hour per table (says what it cut); full: the papers' settings (default; some tables need a GPU)",
+    )
+    p.add_argument("--page", metavar="PATH", help="also write a result page (e.g. docs/results/NAME.md)")
     p.add_argument("--rows", help="run only rows whose name contains this text")
     p.add_argument("--jobs", type=int, default=1, help="worker processes (as in `fedhet compare`)")
     p.add_argument("--methods", help="run only these methods (comma-separated)")

@@ -25,7 +25,19 @@ A table is a TOML file (``configs/reproduce/*.toml``)::
     note = "FedISIC is not obtainable offline"
     paper = { fedavg = "61.25 ± 0.04" }
 
-Every printed table says how many rounds and seeds were used, so a reduced-scale run is never mistaken for a
+    [scales.quick]                               # optional: `--scale quick` (default: QUICK below)
+    seeds = 1
+    set = ["train.rounds=2", "train.local_steps=5"]
+    note = "2 rounds of 5 steps: checks the pipeline, not a result"
+
+    [scales.cpu]                                 # `--scale cpu` (default: the full scale, said so)
+    set = ["train.rounds=50"]
+    note = "50 of the paper's 200 rounds"
+
+    gaps = '''Differences to the paper and their verified causes (shown on the result page).'''
+
+``--scale full`` is the table as written (the papers' settings). Every printed table and result page says
+its scale and how many rounds, clients and seeds each row used, so a reduced-scale run is never mistaken for a
 full reproduction.
 """
 
@@ -60,6 +72,27 @@ class Row:
     method_params: dict[str, dict[str, Any]] = field(default_factory=dict)  # merged over the table's
 
 
+@dataclass(frozen=True)
+class Scale:
+    """One scale of a table: seeds (None = the table's), config overrides and what it cut."""
+
+    name: str
+    seeds: int | None = None
+    overrides: tuple[str, ...] = ()
+    note: str = ""
+
+
+SCALES = ("quick", "cpu", "full")
+#: The quick scale of a table that defines none: one seed, 2 short rounds.
+QUICK = Scale(
+    "quick",
+    seeds=1,
+    # The training set is not cut: the papers' splits (e.g. pure label skew) need their label counts.
+    overrides=("train.rounds=2", "train.local_steps=5", "data.max_test_samples=500", "eval.every=1"),
+    note="1 seed, 2 rounds of 5 local steps, 500 test samples: checks the pipeline, not a result",
+)
+
+
 @dataclass
 class Spec:
     path: Path
@@ -74,6 +107,22 @@ class Spec:
     notes: str = ""
     #: Per-method parameters for every row (the parity settings, e.g. CFFL's protocol).
     method_params: dict[str, dict[str, Any]] = field(default_factory=dict)
+    #: The quick and cpu scales ("full" is the table as written).
+    scales: dict[str, Scale] = field(default_factory=dict)
+    #: Verified causes of the differences to the paper (Markdown, for the result page).
+    gaps: str = ""
+
+    def at_scale(self, name: str) -> Scale:
+        """The named scale: ``full`` as written, ``quick``/``cpu`` from the table or their defaults."""
+        if name not in SCALES:
+            raise ConfigError(f"scale {name!r}; choose one of {', '.join(SCALES)}")
+        if name in self.scales:
+            return self.scales[name]
+        if name == "quick":
+            return QUICK
+        if name == "cpu":
+            return Scale("cpu", note="the paper's settings (they fit a 2-core machine)")
+        return Scale("full", note="the paper's settings")
 
 
 def parse_paper_value(text: Any) -> tuple[float, float | None]:
@@ -121,6 +170,8 @@ def load_spec(name: str) -> Spec:
         "rows",
         "notes",
         "method_params",
+        "scales",
+        "gaps",
     }
     bad = set(raw) - known
     if bad:
@@ -159,7 +210,33 @@ def load_spec(name: str) -> Spec:
         rows=rows,
         notes=raw.get("notes", ""),
         method_params=_method_params(path, raw.get("method_params", {})),
+        scales=_scales(path, raw.get("scales", {})),
+        gaps=raw.get("gaps", ""),
     )
+
+
+def _scales(path: Path, raw: Any) -> dict[str, Scale]:
+    """``[scales.quick]`` and ``[scales.cpu]`` tables: seeds, set, note."""
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{path}: scales must be tables, e.g. [scales.quick]")
+    out = {}
+    for name, table in raw.items():
+        if name not in ("quick", "cpu"):
+            raise ConfigError(
+                f"{path}: scale {name!r}; a table defines 'quick' and 'cpu' ('full' is the table)"
+            )
+        unknown = set(table) - {"seeds", "set", "note"}
+        if unknown:
+            raise ConfigError(f"{path}: [scales.{name}] has unknown key(s) {sorted(unknown)}")
+        if name == "cpu" and not table.get("note"):
+            raise ConfigError(
+                f"{path}: [scales.cpu] needs a `note` saying what it cut from the paper's settings"
+            )
+        seeds = table.get("seeds")
+        out[name] = Scale(
+            name, int(seeds) if seeds else None, tuple(table.get("set", [])), table.get("note", "")
+        )
+    return out
 
 
 def _method_params(path: Path, raw: Any) -> dict[str, dict[str, Any]]:
@@ -202,14 +279,19 @@ def run_spec(
     out_dir: Path,
     progress=None,
     jobs: int = 1,
+    scale: str = "full",
 ) -> list[dict[str, Any]]:
-    """Run the selected rows; one result dict per row with our mean/std and the paper's value per method.
+    """Run the selected rows at ``scale``; one result dict per row with our mean/std and the paper's value
+    per method. The scale's overrides come first, ``overrides`` (the user's) after them.
 
-    Runs already finished in ``out_dir`` are reused (see :func:`fedhet.comparison.run_comparison`).
+    Runs already finished in ``out_dir`` are reused (see :func:`fedhet.comparison.run_comparison`), so an
+    interrupted reproduction continues where it stopped.
     """
     from fedhet.comparison import VIEW_KEYS, aggregate_rows, run_comparison
 
-    n_seeds = seeds or spec.seeds
+    chosen = spec.at_scale(scale)
+    overrides = [*chosen.overrides, *(overrides or [])]
+    n_seeds = seeds or chosen.seeds or spec.seeds
     results = []
     done: dict[tuple, tuple[dict[str, Any], Path]] = {}  # rows that share their runs (e.g. two metrics)
     for row in spec.rows:
@@ -247,6 +329,7 @@ def run_spec(
                 "rounds": base.train.rounds,
                 "seeds": seed_list,
                 "clients": base.data.clients,
+                "model": base.model.name,
                 "run_dir": str(run_dir),
             }
         )
@@ -265,11 +348,12 @@ def run_spec(
     return results
 
 
-def _cell(v: dict[str, Any]) -> str:
+def _cell(v: dict[str, Any], seeds: int = 2) -> str:
+    """``ours ± std / paper ± std / Δ``; one seed has no std, so none is shown."""
     ours, paper = v.get("ours"), v.get("paper")
     parts = []
     if ours is not None and math.isfinite(ours):
-        parts.append(f"**{ours:.2f} ± {v.get('ours_std') or 0:.2f}**")
+        parts.append(f"**{ours:.2f}" + (f" ± {v.get('ours_std') or 0:.2f}**" if seeds > 1 else "** (1 seed)"))
     else:
         parts.append("—")
     if paper is not None:
@@ -280,15 +364,22 @@ def _cell(v: dict[str, Any]) -> str:
     return " / ".join(parts)
 
 
-def render_markdown(spec: Spec, results: list[dict[str, Any]]) -> str:
+def render_markdown(spec: Spec, results: list[dict[str, Any]], scale: str | None = None) -> str:
     """A Markdown table: one row per table row, a cell per method with ours / paper / difference."""
     methods = sorted({m for r in results for m in r["methods"]}, key=lambda m: (spec.methods + [m]).index(m))
     lines = [f"## {spec.title}", ""]
     if spec.source:
         lines += [f"Source: {spec.source}. Metric: `{spec.metric}` ({spec.view}), ×{spec.scale:g}.", ""]
+    if scale:
+        chosen = spec.at_scale(scale)
+        lines += [
+            f"Scale: **{scale}**: {chosen.note}. Each row's rounds, clients, seeds and model are in its "
+            "columns.",
+            "",
+        ]
     lines += [
-        "| row | rounds | seeds | " + " | ".join(methods) + " |",
-        "|---|---|---|" + "---|" * len(methods),
+        "| row | rounds | clients | seeds | model | " + " | ".join(methods) + " |",
+        "|---|---|---|---|---|" + "---|" * len(methods),
     ]
     for r in results:
         if not r["available"]:
@@ -296,11 +387,14 @@ def render_markdown(spec: Spec, results: list[dict[str, Any]]) -> str:
                 (f"paper {v['paper'][0]:.2f}" if v.get("paper") else "—")
                 for v in (r["methods"].get(m, {}) for m in methods)
             ]
-            lines.append(f"| {r['row']} | — | — | " + " | ".join(cells) + f" |  ← not run: {r['note']}")
+            lines.append(
+                f"| {r['row']} | — | — | — | — | " + " | ".join(cells) + f" |  ← not run: {r['note']}"
+            )
             continue
-        cells = [_cell(r["methods"].get(m, {})) for m in methods]
+        cells = [_cell(r["methods"].get(m, {}), len(r["seeds"])) for m in methods]
         name = r["row"] + (f" ({r['metric']})" if r.get("metric") and r["metric"] != spec.metric else "")
-        lines.append(f"| {name} | {r['rounds']} | {len(r['seeds'])} | " + " | ".join(cells) + " |")
+        shape = f"{r['rounds']} | {r.get('clients', '—')} | {len(r['seeds'])} | {r.get('model', '—')}"
+        lines.append(f"| {name} | {shape} | " + " | ".join(cells) + " |")
     if spec.notes:
         lines += ["", spec.notes.strip()]
     diffs = [
@@ -314,13 +408,17 @@ def render_markdown(spec: Spec, results: list[dict[str, Any]]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def write_results(spec: Spec, results: list[dict[str, Any]], out_dir: Path) -> Path:
+def write_results(spec: Spec, results: list[dict[str, Any]], out_dir: Path, scale: str | None = None) -> Path:
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / "reproduce.json").write_text(
-        json.dumps({"spec": str(spec.path), "title": spec.title, "results": results}, indent=2, default=str)
+        json.dumps(
+            {"spec": str(spec.path), "title": spec.title, "scale": scale, "results": results},
+            indent=2,
+            default=str,
+        )
     )
     md = out_dir / "reproduce.md"
-    md.write_text(render_markdown(spec, results))
+    md.write_text(render_markdown(spec, results, scale=scale))
     write_results_csv(results, out_dir / "reproduce.csv")
     return md
 
@@ -363,3 +461,239 @@ def write_results_csv(results: list[dict[str, Any]], path: Path) -> Path:
                     }
                 )
     return path
+
+
+# -- result pages (docs/results/<name>.md) ------------------------------------------------------------------
+PAGE_MARK = "<!-- fedhet reproduce: table={table} scale={scale} commit={commit} -->"
+_PAGE_MARK = re.compile(r"<!-- fedhet reproduce: table=(\S+) scale=(\S+) commit=(.+?) -->")
+
+
+def _curves(run_dir: Path, method: str, seeds: list[int], metric: str) -> tuple[list[int], np.ndarray] | None:
+    """Rounds and the mean over seeds of ``metric`` per evaluated round (metrics.jsonl of each seed's run)."""
+    series = []
+    for seed in seeds:
+        path = run_dir / f"{method}-seed{seed}" / "metrics.jsonl"
+        if not path.is_file():
+            return None
+        lines = [json.loads(s) for s in path.read_text().splitlines() if s.strip()]
+        series.append({ln["round"]: ln[metric] for ln in lines if isinstance(ln.get(metric), int | float)})
+    rounds = sorted(set.intersection(*(set(s) for s in series))) if series else []
+    if not rounds:
+        return None
+    return rounds, np.array([[s[r] for r in rounds] for s in series]).mean(axis=0)
+
+
+def accuracy_figure(spec: Spec, results: list[dict[str, Any]], path: Path) -> Path | None:
+    """One panel per measured row: each method's test accuracy (mean over seeds) against the round."""
+    rows = [r for r in results if r["available"] and r.get("run_dir")]
+    if not rows:
+        return None
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    cols = min(3, len(rows))
+    nrows = math.ceil(len(rows) / cols)
+    fig, axes = plt.subplots(
+        nrows, cols, figsize=(4.2 * cols, 3.2 * nrows), squeeze=False, constrained_layout=True
+    )
+    drawn = False
+    for ax, r in zip(axes.flat, rows, strict=False):
+        for m in r["methods"]:
+            curve = _curves(Path(r["run_dir"]), m, r["seeds"], "accuracy")
+            if curve is not None:
+                ax.plot(curve[0], 100 * curve[1], label=m)
+                drawn = True
+        ax.set_title(r["row"])
+        ax.set_xlabel("round")
+        ax.set_ylabel("test accuracy (%)")
+        ax.grid(alpha=0.3)
+    for ax in list(axes.flat)[len(rows) :]:
+        ax.axis("off")
+    if not drawn:
+        plt.close(fig)
+        return None
+    axes.flat[0].legend(fontsize=7)
+    fig.suptitle(f"{spec.title}: accuracy over rounds (mean over seeds)", fontsize=9)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path
+
+
+def weights_figure(spec: Spec, results: list[dict[str, Any]], path: Path) -> Path | None:
+    """Each row's final per-client contribution weights (or reward accuracies), mean over seeds, per method
+    that has them (CELM, CGSV, ShapFed; FedRAC, CFFL rewards)."""
+    panels = []
+    for r in results:
+        if not (r["available"] and r.get("run_dir")):
+            continue
+        for m in r["methods"]:
+            values = []
+            for seed in r["seeds"]:
+                summary = Path(r["run_dir"]) / f"{m}-seed{seed}" / "summary.json"
+                if summary.is_file():
+                    data = json.loads(summary.read_text())
+                    key = (
+                        "contributions"
+                        if data.get("contributions")
+                        else "rewards"
+                        if data.get("rewards")
+                        else None
+                    )
+                    if key:
+                        values.append((key, data[key]))
+            if values and len({k for k, _ in values}) == 1:
+                vals = np.array([v for _, v in values], dtype=float)
+                panels.append((r["row"], m, values[0][0], np.nanmean(vals, axis=0)))
+    if not panels:
+        return None
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = sorted({p[0] for p in panels}, key=[r["row"] for r in results].index)
+    cols = min(3, len(rows))
+    nrows = math.ceil(len(rows) / cols)
+    fig, axes = plt.subplots(
+        nrows, cols, figsize=(4.2 * cols, 3.2 * nrows), squeeze=False, constrained_layout=True
+    )
+    for ax in list(axes.flat)[len(rows) :]:
+        ax.axis("off")
+    for ax, row in zip(axes.flat, rows, strict=False):
+        mine = [p for p in panels if p[0] == row]
+        width = 0.8 / len(mine)
+        for i, (_, m, key, vals) in enumerate(mine):
+            ax.bar(np.arange(len(vals)) + i * width, vals, width, label=f"{m} ({key})")
+        ax.set_title(row)
+        ax.set_xlabel("client")
+        ax.legend(fontsize=6)
+        ax.grid(alpha=0.3, axis="y")
+    fig.suptitle(
+        f"{spec.title}: final contribution weights / reward accuracies (mean over seeds)", fontsize=9
+    )
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path
+
+
+def render_page(
+    spec: Spec,
+    results: list[dict[str, Any]],
+    *,
+    scale: str,
+    command: str,
+    commit: str,
+    wall_s: float,
+    machine: str,
+    figures: list[tuple[str, str]],
+) -> str:
+    """A result page: provenance, the paper-layout table (ours ± std / paper / Δ), figures, and the
+    verified causes of the gaps."""
+    table = render_markdown(spec, results, scale=scale).split("\n", 2)[2]  # without its "## title" line
+    lines = [
+        PAGE_MARK.format(table=spec.path.stem, scale=scale, commit=commit),
+        f"# {spec.title}",
+        "",
+        "Regenerate every number on this page with:",
+        "",
+        "```",
+        command,
+        "```",
+        "",
+        f"Measured at commit {commit}, scale **{scale}**, wall time {wall_s / 60:.1f} min (cells already "
+        f"finished in the output directory are reused and not re-timed), on {machine}. Cells: ours as mean ± "
+        "std over seeds / the paper's value / the difference.",
+        "",
+        table.rstrip(),
+    ]
+    for title, rel in figures:
+        lines += ["", f"![{title}]({rel})"]
+    lines += ["", "## Gaps and their causes", ""]
+    lines.append(
+        spec.gaps.strip()
+        if spec.gaps.strip()
+        else "No cause has been verified for these differences yet; none is claimed."
+    )
+    if scale != "full":
+        lines += [
+            "",
+            f"This page is at the **{scale}** scale ({spec.at_scale(scale).note}); differences to the paper "
+            "include what that scale cut.",
+        ]
+    return "\n".join(lines) + "\n"
+
+
+def write_page(
+    spec: Spec,
+    results: list[dict[str, Any]],
+    page: Path,
+    *,
+    scale: str,
+    command: str,
+    commit: str,
+    wall_s: float,
+) -> Path:
+    """Write ``page`` (and its figures beside it, in figures/) and refresh the index README.md there."""
+    from fedhet.report.provenance import machine_line
+
+    figures = []
+    fig_dir = page.parent / "figures"
+    for title, fn, suffix in (
+        ("accuracy over rounds", accuracy_figure, "accuracy"),
+        ("final contribution weights or rewards", weights_figure, "weights"),
+    ):
+        made = fn(spec, results, fig_dir / f"{page.stem}-{suffix}.png")
+        if made is not None:
+            figures.append((title, f"figures/{made.name}"))
+    page.parent.mkdir(parents=True, exist_ok=True)
+    page.write_text(
+        render_page(
+            spec,
+            results,
+            scale=scale,
+            command=command,
+            commit=commit,
+            wall_s=wall_s,
+            machine=machine_line(),
+            figures=figures,
+        )  # fmt: skip
+    )
+    write_index(page.parent)
+    return page
+
+
+def write_index(pages_dir: Path) -> Path:
+    """``README.md`` of the result pages: every reproduction table, its page and scale where one exists."""
+    pages = {}
+    for p in sorted(pages_dir.glob("*.md")):
+        if p.name == "README.md":
+            continue
+        head = p.read_text().split("\n", 1)[0]
+        m = _PAGE_MARK.match(head)
+        if m:
+            pages[m.group(1)] = (p.name, m.group(2), m.group(3))
+    lines = [
+        "# Reproduction results",
+        "",
+        "One page per published table, each regenerated by the command printed on it "
+        "(`fedhet reproduce NAME --scale quick|cpu|full --page docs/results/NAME.md`). `fedhet reproduce "
+        "--list` lists the tables. Rows whose data are not obtainable offline are listed on each page and "
+        "run for a user who passes `--set data.root=DIR`.",
+        "",
+        "| table | what | page | scale | commit |",
+        "|---|---|---|---|---|",
+    ]
+    for name in list_specs():
+        spec = load_spec(name)
+        if name in pages:
+            file, scale, commit = pages[name]
+            lines.append(f"| `{name}` | {spec.title} | [{file}]({file}) | {scale} | {commit} |")
+        else:
+            lines.append(f"| `{name}` | {spec.title} | not measured yet | | |")
+    index = pages_dir / "README.md"
+    index.write_text("\n".join(lines) + "\n")
+    return index

@@ -138,7 +138,9 @@ class SGDTrainer(Trainer):
             model.train()
             opt = self.make_optimizer(u)
             clip = u.context.train.grad_clip
-            total, steps = 0.0, 0
+            # The loss is summed on the device (in float64, as a Python float sum would): a float() per step
+            # would make every step wait for the device (a host sync); one at the end is enough.
+            total, steps = torch.zeros((), dtype=torch.float64, device=u.context.device), 0
             for batch in self.batches(u):
                 opt.zero_grad(set_to_none=True)
                 loss = self.loss(u, batch)
@@ -146,9 +148,9 @@ class SGDTrainer(Trainer):
                 if clip:
                     nn.utils.clip_grad_norm_(model.parameters(), clip)
                 opt.step()
-                total += float(loss.detach())
+                total += loss.detach()
                 steps += 1
-            metrics = {"train_loss": total / steps if steps else float("nan"), "steps": float(steps)}
+            metrics = {"train_loss": float(total) / steps if steps else float("nan"), "steps": float(steps)}
             reply = self.finish(u, metrics)
             u.state.weights = self.kept_weights(u, reply)
             return reply

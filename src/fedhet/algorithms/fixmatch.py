@@ -430,35 +430,39 @@ class FixMatchTrainer(SGDTrainer):
         logits = model.head(features)
         step = SemiSupervisedStep(batch, features, logits, nb, nu)
         total = F.cross_entropy(logits[:nb], batch.labels) if nb else logits.sum() * 0.0
-        step.losses["loss_supervised"] = float(total.detach())
+        step.losses["loss_supervised"] = total.detach()
         if nu:
             step.local_probs = torch.softmax(logits[nb : nb + nu].detach() / s.temperature, dim=1)
             if u.scratch.teacher is not None and s.needs_global_model:
                 step.global_probs, step.global_probs_labeled = self.global_predictions(u, batch)
             step.pseudo = self.make_pseudo_targets(u, step)
             loss_u = masked_kl_divergence(step.pseudo.targets, logits[nb + nu :], step.pseudo.mask)
-            step.losses["loss_unlabeled"] = float(loss_u.detach())
+            step.losses["loss_unlabeled"] = loss_u.detach()
             total = total + s.unlabeled_weight * loss_u
         for name, term in self.extra_losses(u, step).items():
-            step.losses[name] = float(term.detach())
+            step.losses[name] = term.detach()
             total = total + term
         self.observe(u, step)
         return total
 
     def observe(self, u: LocalUpdate, step: SemiSupervisedStep) -> None:
-        """Accumulate loss means and, in the last epoch, the pseudo-label statistics (methods.md §2.7)."""
+        """Accumulate loss means and, in the last epoch, the pseudo-label statistics (methods.md §2.7).
+
+        The sums stay tensors on the device (float64, as Python float sums would be): a ``float()`` per step
+        would wait for the device every step. :meth:`finish` turns them into numbers once.
+        """
         stats = u.scratch.stats
         stats["steps"] += 1
         for name, value in step.losses.items():
-            stats[name] += value
+            stats[name] += value.double()
         if step.pseudo is None or not step.batch.last_epoch:
             return
         correct = step.pseudo.labels == step.batch.unlabeled_truth
         used = step.pseudo.mask > 0
         stats["pseudo_total"] += float(step.num_unlabeled)
-        stats["pseudo_correct"] += float(correct.sum())
-        stats["pseudo_used"] += float(used.sum())
-        stats["pseudo_used_correct"] += float((correct & used).sum())
+        stats["pseudo_correct"] += correct.sum().double()
+        stats["pseudo_used"] += used.sum().double()
+        stats["pseudo_used_correct"] += (correct & used).sum().double()
 
     # -- the reply -----------------------------------------------------------------------------------------
     def payload(self, u: LocalUpdate) -> dict[str, Tensor]:
@@ -469,7 +473,7 @@ class FixMatchTrainer(SGDTrainer):
         """Weights, n_i = |L_i| + |U_i| (baselines.md §3.1), loss means, pseudo-label counts, payload."""
         if u.scratch.settings.shared_optimizer:
             u.context.shared[SHARED_OPTIMIZER_KEY] = copy.deepcopy(u.scratch.optimizer.state_dict())
-        stats = dict(u.scratch.stats)
+        stats = {key: float(value) for key, value in u.scratch.stats.items()}
         steps = max(stats.pop("steps", 0.0), 1.0)
         for key in list(stats):
             if key.startswith("loss_"):

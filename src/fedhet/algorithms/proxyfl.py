@@ -264,7 +264,7 @@ class ProxyFLTrainer(FixMatchTrainer):
         sc.prior = prior.to(u.data.inputs.device, torch.float32)
         if sc.icpl:
             _require_proxy_heads(u.model)
-        sc.class_counts = torch.zeros(u.data.num_classes, dtype=torch.float64)
+        sc.class_counts = torch.zeros(u.data.num_classes, dtype=torch.float64, device=u.data.inputs.device)
 
     def extra_losses(self, u: LocalUpdate, step: SemiSupervisedStep) -> dict[str, Tensor]:
         """L_c = ICPL over [x; u_w; u_s] with q = [p_x^G; p_u^G; p_u^G] and κ = [m_x; m; m]."""
@@ -296,15 +296,16 @@ class ProxyFLTrainer(FixMatchTrainer):
         super().observe(u, step)
         if not step.batch.last_epoch:
             return
+        # index_add_ on the device: bincount and boolean indexing would each wait for the device (host sync)
         counts = u.scratch.class_counts
-        c = counts.shape[0]
-        counts += torch.bincount(step.batch.labels.cpu(), minlength=c).double()
+        labels = step.batch.labels
+        counts.index_add_(0, labels, torch.ones_like(labels, dtype=counts.dtype))
         if step.pseudo is not None:
-            used = step.pseudo.labels[step.pseudo.mask > 0].cpu()
-            counts += torch.bincount(used, minlength=c).double()
+            used = (step.pseudo.mask > 0).to(counts.dtype)
+            counts.index_add_(0, step.pseudo.labels, used)
 
     def payload(self, u: LocalUpdate) -> dict[str, Tensor]:
-        return {"class_counts": u.scratch.class_counts.clone()}
+        return {"class_counts": u.scratch.class_counts.cpu().clone()}
 
 
 # --------------------------------------------------------------------------------------------------------

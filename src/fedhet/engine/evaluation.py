@@ -10,9 +10,10 @@ from torch import Tensor, nn
 from fedhet import metrics as M
 
 
-@torch.no_grad()
+@torch.inference_mode()
 def predict(model: nn.Module, x: Tensor, batch_size: int = 2048) -> tuple[Tensor, Tensor]:
-    """Logits of ``model`` on ``x`` in eval mode (the previous train/eval mode is restored)."""
+    """Logits of ``model`` on ``x`` in eval mode (the previous train/eval mode is restored), batched under
+    ``torch.inference_mode`` on the model's device: the outputs are for metrics only, never for autograd."""
     was_training = model.training
     model.eval()
     try:

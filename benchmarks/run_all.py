@@ -1,0 +1,426 @@
+"""`make bench`: run every benchmark, gather their JSON results and write docs/performance.md with a plot.
+
+    python benchmarks/run_all.py                  # run all (about 10 minutes on 2 cores), write the page
+    python benchmarks/run_all.py --only vectorized --only celm_probe   # rerun some, keep the others' results
+    python benchmarks/run_all.py --render         # rewrite the page from the saved results, run nothing
+
+Each benchmark runs as its own process with ``--json`` (its last output line is the result object of
+benchmarks/common.py); the objects are saved to build/bench/<name>.json and the page is rendered from them,
+with the machine described and the commit they were measured at. A GPU result is included when
+benchmarks/gpu_check.sh has left build/gpu-check/gpu_round.json (or CUDA is present here, when it runs).
+The page is generated: change the text in this script, not in docs/performance.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from common import attainment, target_met
+
+from fedhet.report.provenance import commit, machine
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "build" / "bench"
+GPU_RESULT = ROOT / "build" / "gpu-check" / "gpu_round.json"
+PAGE = ROOT / "docs" / "performance.md"
+PLOT = ROOT / "docs" / "figures" / "benchmark_targets.png"
+SCALING_PLOT = "docs/figures/round_time_vs_clients.png"
+
+
+@dataclass(frozen=True)
+class Bench:
+    name: str
+    title: str
+    args: tuple[str, ...]
+    timeout_s: int
+    about: str  # what it measures and why it matters (fixed text)
+    cuda_only: bool = False
+
+    @property
+    def command(self) -> str:
+        return " ".join(["python", *self.args])
+
+
+BENCHES = (
+    Bench(
+        "engine_overhead",
+        "Engine overhead against a bare PyTorch loop",
+        ("benchmarks/engine_overhead.py", "--repeats", "5", "--json"),
+        300,
+        "One FedAvg round through the engine (instructions, replies, validation, guards, aggregation) "
+        "against "
+        "a plain loop that trains the same clients on the same batches with the same optimizer and averages "
+        "by sample count; the resulting weights are compared too. Then the peak memory of a separate "
+        "3-round run.",
+    ),
+    Bench(
+        "vectorized",
+        "Vectorized clients against the sequential engine",
+        ("benchmarks/vectorized.py", "--clients", "10", "50", "200", "--repeats", "5", "--json"),
+        300,
+        '`engine.mode = "vectorized"` (src/fedhet/engine/vectorized.py) trains all clients of a round at '
+        "once: their start weights are stacked on a group axis and each local step is one `torch.func.vmap` "
+        "over `grad` of a functional loss, then a functional SGD step with `torch.optim.SGD`'s semantics "
+        "(momentum, weight decay, Nesterov) and `clip_grad_norm_`'s clipping. Every client takes exactly its "
+        "own steps on its own batches, drawn from its own seeded generator in the sequential trainer's "
+        "order; "
+        "a short last batch is padded and masked out of the loss, and a client past its last step is masked "
+        "out of the update. Rounds of more than 64 clients run in chunks of 64.\n\n"
+        "It honours the trainers of FedAvg (`SGDTrainer`, which CELM and Standalone use too), FedProx and "
+        "FedRS (CELM(RS)) with SGD. It refuses, naming the reason, other trainers (their hooks are not "
+        "expressible there), Adam, BatchNorm models, submodel masks (FedRAC, FedSAC) and injected "
+        "`[faults]`; "
+        '`engine.mode = "auto"` then falls back to sequential and logs why (it picks vectorized for rounds '
+        "of 8 or more clients). Equivalence is tested in CI (tests/test_vectorized.py): FedAvg with "
+        "momentum, "
+        "weight decay, Nesterov, clipping and unequal client sizes, FedProx, FedRS and CELM run 3 rounds in "
+        "both modes; every weight must agree within 1e-5 and test accuracy within 0.5 points, and a 0.1 % "
+        "change of one mode's learning rate must break that tolerance. The `max_weight_gap` column below is "
+        "the same comparison after one benchmark round.\n\n"
+        "Why the 3x target at 50 clients can be missed: with one thread the vectorized step is bound by the "
+        "backward of the batched matrix products and by the element-wise SGD update over the stacked "
+        "weights (a cProfile of the round); with two threads the stacked operations use the second core, "
+        "which a sequential round of small models cannot.",
+    ),
+    Bench(
+        "vectorized_scaling",
+        "Round time against the client count",
+        (
+            "benchmarks/vectorized.py",
+            "--scaling",
+            "10",
+            "50",
+            "200",
+            "1000",
+            "--repeats",
+            "3",
+            "--plot",
+            SCALING_PLOT,
+            "--json",
+        ),  # fmt: skip
+        420,
+        "Both modes at 10, 50, 200 and 1,000 clients of 60 samples (2 local steps each): the round time "
+        "should grow linearly with the total work; the per-client constant is the slope of a least-squares "
+        "line.",
+    ),
+    Bench(
+        "engine_compare",
+        "Embedded engine against Flower's simulation engine",
+        (
+            "benchmarks/engine_compare.py",
+            "--rounds",
+            "4",
+            "--clients",
+            "10,50",
+            "--methods",
+            "fedavg",
+            "--json",
+        ),
+        600,
+        "The same FedAvg work in fedhet's embedded engine and in Flower's simulation engine (Ray), each cell "
+        "in its own process: the per-round time (rounds 2 onwards), the start-up before round 1 (Ray's "
+        "included for Flower) and the peak memory of the process tree. Flower runs one client per CPU with "
+        "one thread each, so it may use both cores where the embedded engine uses one.",
+    ),
+    Bench(
+        "celm_probe",
+        "CELM's probes",
+        ("benchmarks/celm_probe.py", "--repeats", "3", "--json"),
+        600,
+        "CELM's logit-maximisation probes (all models and classes in one batch: closed-form input gradients "
+        "for the MLP, and the generic vmap over stacked models) against the per-(client, class) loop, and "
+        "against one FedAvg round of local training, on the maverick split with 10 clients. Ratios are of "
+        "this process's CPU time, the stable measure on a shared machine.",
+    ),
+    Bench(
+        "fedrac_candidates",
+        "FedRAC's candidate evaluation",
+        ("benchmarks/fedrac_candidates.py", "--rounds", "20", "--json"),
+        600,
+        "FedRAC scores K/step candidate submodels on the validation set every round. The batched evaluation "
+        "(one pass sharing the nested prefixes) against the generic batched masked forward and the per-mask "
+        "loop of the reference code; the accuracies must be identical. `candidate_share` is the candidate "
+        "evaluation's share of a FedRAC round.",
+    ),
+    Bench(
+        "augment_speed",
+        "FixMatch's augmentations, batched",
+        ("benchmarks/augment_speed.py", "--repeats", "30", "--json"),
+        300,
+        "fedhet's batched weak view (flip + 4-px reflect crop) and strong view (weak + RandAugment(2, 10) "
+        "with per-sample ops + Cutout 16) against FixMatch's per-image PIL augmentation, on a batch of 256 "
+        "CIFAR-10 images (the shared JPEG tarball, else random images).",
+    ),
+    Bench(
+        "fssl_step",
+        "One local step of each semi-supervised method",
+        ("benchmarks/fssl_step.py", "--dataset", "cifar10", "--width", "8", "--batch-size", "32", "--json"),
+        600,
+        "One client's local step through the engine's trainer (augmentations, the frozen global model, ICPL, "
+        "...) for every FSSL method and the supervised baselines, relative to the labeled-only FedAvg step; "
+        "and ProxyFL's server-side proxy tuning (GPT) per round. It sizes the CPU-scale configurations of "
+        "configs/proxyfl/.",
+    ),
+    Bench(
+        "compare_jobs",
+        "Parallel cells: `fedhet compare --jobs 2`",
+        ("benchmarks/compare_jobs.py", "--repeats", "1", "--json"),
+        600,
+        "The same 4-cell comparison with one worker and with two on this 2-core machine; both must give the "
+        "same metrics. Two independent matrix-product processes run about 1.8x faster side by side than one "
+        "after the other here, the ceiling for 2 jobs. The cells' own wall times add up to the same in both "
+        "settings; what is lost is outside training: each spawned worker imports torch and fedhet and loads "
+        "the data set before its first cell, and every finished cell draws its figures.",
+    ),
+    Bench(
+        "gpu_round",
+        "GPU: CELM round against a bare loop, utilisation, ProxyFL client round",
+        ("benchmarks/gpu_round.py", "--json"),
+        300,
+        "On a GPU (benchmarks/gpu_check.sh runs it with the CUDA tests): the CELM CIFAR-10 CNN round "
+        "(configs/celm/cifar10-dir0.05.toml, probes included) against the same training and probes written "
+        "as a bare PyTorch loop; a FedAvg round against the bare training alone; GPU utilisation during the "
+        "rounds; host syncs per round; one ProxyFL ResNet-8 client round "
+        "(configs/proxyfl/cifar10-alpha0.1.toml). "
+        "The local step makes no host sync (tests/test_gpu.py counts them with "
+        "`torch.cuda.set_sync_debug_mode`): the training loss and the FSSL statistics are summed on the "
+        "device, ProxyFL's class counts use `index_add_`, and evaluation runs batched under "
+        "`torch.inference_mode`. Data and models stay on the device; CELM's probes and FedRAC's candidates "
+        "run batched on the model's device.",
+        cuda_only=True,
+    ),
+)
+
+
+# -- running -----------------------------------------------------------------------------------------------
+def cuda_available() -> bool:
+    try:
+        import torch
+
+        return torch.cuda.is_available()
+    except ImportError:
+        return False
+
+
+def run_bench(bench: Bench) -> dict:
+    """Run one benchmark; its result object, or a failure record with the end of its output."""
+    env = {
+        **os.environ,
+        "PYTHONUNBUFFERED": "1",
+        "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), str(ROOT / "benchmarks")]),
+    }
+    start = time.perf_counter()
+    try:
+        done = subprocess.run(
+            [sys.executable, *bench.args],
+            cwd=ROOT,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=bench.timeout_s,
+        )
+        out, rc = done.stdout, done.returncode
+        tail = (done.stdout + done.stderr)[-2000:]
+    except subprocess.TimeoutExpired as exc:
+        out, rc, tail = "", None, f"timed out after {bench.timeout_s} s: {str(exc.stdout or '')[-1500:]}"
+    seconds = time.perf_counter() - start
+    lines = [s for s in out.strip().splitlines() if s.startswith("{")]
+    if rc == 0 and lines:
+        result = json.loads(lines[-1])
+        result["printed"] = "\n".join(s for s in out.strip().splitlines() if not s.startswith("{"))
+    else:
+        result = {"benchmark": bench.name, "failed": True, "returncode": rc, "output_tail": tail}
+    result["wall_s"] = seconds
+    return result
+
+
+# -- the page ----------------------------------------------------------------------------------------------
+def fmt(value) -> str:
+    if isinstance(value, bool) or value is None:
+        return str(value)
+    if isinstance(value, float):
+        if value != 0 and (abs(value) < 1e-3 or abs(value) >= 1e5):
+            return f"{value:.2e}"
+        return f"{value:.3f}" if abs(value) < 10 else f"{value:.1f}"
+    if isinstance(value, dict | list):
+        return json.dumps(value)
+    return str(value)
+
+
+def table(rows: list[dict]) -> list[str]:
+    if not rows:
+        return []
+    keys = list(dict.fromkeys(k for r in rows for k in r))
+    out = ["| " + " | ".join(keys) + " |", "|" + "---|" * len(keys)]
+    out += ["| " + " | ".join(fmt(r.get(k, "")) for k in keys) + " |" for r in rows]
+    return out
+
+
+def summary_rows(results: dict[str, dict]) -> list[tuple[str, str, float, str, bool | None]]:
+    """(benchmark, ratio name, value, target or '', met or None) for every measured ratio."""
+    rows = []
+    for bench in BENCHES:
+        r = results.get(bench.name)
+        if not r or r.get("failed"):
+            continue
+        for key, value in r["ratios"].items():
+            target = r["targets"].get(key, "")
+            rows.append((bench.name, key, value, target, target_met(value, target) if target else None))
+    return rows
+
+
+def plot(rows, path: Path) -> bool:
+    """Bars of measured/target for every ratio with a numeric target (1 = the target, longer is better)."""
+    bars = [(f"{b}: {k}", attainment(v, t), met) for b, k, v, t, met in rows if t and attainment(v, t)]
+    if not bars:
+        return False
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(8, 0.45 * len(bars) + 1.2), constrained_layout=True)
+    labels, values = [b[0] for b in bars], [b[1] for b in bars]
+    colors = ["tab:green" if b[2] else "tab:red" for b in bars]
+    ax.barh(range(len(bars)), values, color=colors)
+    ax.axvline(1.0, color="black", lw=1, ls="--")
+    ax.set_yticks(range(len(bars)), labels)
+    ax.invert_yaxis()
+    ax.set_xlabel("measured relative to target (1 = target met exactly; right of the line = met)")
+    ax.set_title("fedhet benchmarks against their targets")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return True
+
+
+def render(results: dict[str, dict], info: dict[str, str], at: str, plot_path: Path | None) -> str:
+    lines = [
+        "# Performance",
+        "",
+        "<!-- Generated by `make bench` (benchmarks/run_all.py): edit that script, not this page. -->",
+        "",
+        "Speed and memory figures, each from a benchmark script that prints ratios measured in one run "
+        "(timed "
+        "tests would be flaky on shared machines). Every number on this page comes from the command printed "
+        "in its section; `make bench` reruns them all and rewrites the page "
+        f"(measured at commit {at}; on a shared VM: repeated runs of one benchmark vary by up to about ±25 "
+        f"%).",
+        "",
+        "## Machine",
+        "",
+        "| " + " | ".join(info) + " |",
+        "|" + "---|" * len(info),
+        "| " + " | ".join(info.values()) + " |",
+        "",
+        "## Targets",
+        "",
+        "| benchmark | ratio | measured | target | met |",
+        "|---|---|---|---|---|",
+    ]
+    srows = summary_rows(results)
+    for b, k, v, t, met in srows:
+        verdict = "" if met is None else ("yes" if met else "**missed**")
+        lines.append(f"| {b} | `{k}` | {fmt(v)} | {t} | {verdict} |")
+    missing = [b for b in BENCHES if b.name not in results or results[b.name].get("failed")]
+    for b in missing:
+        r = results.get(b.name)
+        why = (
+            "not run: needs CUDA (no GPU here; run benchmarks/gpu_check.sh on one)"
+            if b.cuda_only and not r
+            else f"**failed** (exit {r.get('returncode')})"
+            if r
+            else "not run"
+        )
+        lines.append(f"| {b.name} | | | | {why} |")
+    if plot_path is not None:
+        lines += ["", f"![benchmarks against their targets](figures/{plot_path.name})"]
+    for i, b in enumerate(BENCHES, 1):
+        r = results.get(b.name)
+        lines += ["", f"## {i}. {b.title}", "", b.about, ""]
+        lines += [
+            f"Command: `{b.command}`" + (" (on a GPU; see benchmarks/gpu_check.sh)" if b.cuda_only else "")
+        ]
+        if not r:
+            lines += [
+                "",
+                "Not measured on this machine" + (": no GPU was available." if b.cuda_only else "."),
+            ]
+            continue
+        if r.get("failed"):
+            lines += ["", f"**Failed** (exit {r.get('returncode')}); the end of its output:", "", "```"]
+            lines += [r.get("output_tail", "").strip(), "```"]
+            continue
+        lines += [
+            "",
+            f"Setting: {r.get('settings', '')}. Peak memory of the process {fmt(r.get('peak_rss_mb'))} MiB; "
+            f"the benchmark took {fmt(r.get('wall_s'))} s"
+            + (f" (measured at {r['commit']})" if r.get("commit") else "")
+            + ".",
+            "",
+        ]
+        lines += table(r.get("rows", []))
+        extras = {k: v for k, v in r.items() if k not in {"benchmark", "ratios", "targets", "peak_rss_mb",
+                                                            "settings", "rows", "printed", "wall_s", "plot",
+                                                            "commit"}}  # fmt: skip
+        if extras:
+            lines += ["", "Also measured: " + "; ".join(f"{k} = {fmt(v)}" for k, v in extras.items()) + "."]
+        if r.get("plot"):
+            lines += ["", f"![{b.title}]({Path(r['plot']).relative_to('docs')})"]
+    return "\n".join(lines) + "\n"
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--only", action="append", choices=[b.name for b in BENCHES], help="run only this one")
+    ap.add_argument("--render", action="store_true", help="rewrite the page from build/bench/, run nothing")
+    ap.add_argument("--page", default=str(PAGE), help="where to write the page (default docs/performance.md)")
+    args = ap.parse_args()
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    here = commit(ROOT)
+    if not args.render:
+        todo = [b for b in BENCHES if (not args.only or b.name in args.only)]
+        started = time.perf_counter()
+        for n, b in enumerate(todo, 1):
+            if b.cuda_only and not cuda_available():
+                print(f"[{n}/{len(todo)}] {b.name}: skipped (needs CUDA)", flush=True)
+                continue
+            print(f"[{n}/{len(todo)}] {b.name}: {b.command} (limit {b.timeout_s} s)", flush=True)
+            result = run_bench(b)
+            result["commit"] = here
+            (RESULTS / f"{b.name}.json").write_text(json.dumps(result, indent=1))
+            state = "FAILED" if result.get("failed") else "ok"
+            print(
+                f"    {state} in {result['wall_s']:.0f} s (total {time.perf_counter() - started:.0f} s)",
+                flush=True,
+            )
+    results = {}
+    for b in BENCHES:
+        path = RESULTS / f"{b.name}.json"
+        if b.cuda_only and not path.is_file() and GPU_RESULT.is_file():
+            path = GPU_RESULT
+        if path.is_file():
+            results[b.name] = json.loads(path.read_text())
+    if not results:
+        print("no results in build/bench/: run without --render first", file=sys.stderr)
+        return 1
+    srows = summary_rows(results)
+    plot_path = PLOT if plot(srows, PLOT) else None
+    page = Path(args.page)
+    measured_at = ", ".join(sorted({str(r.get("commit", "unknown")) for r in results.values()}))
+    page.write_text(render(results, machine(), measured_at, plot_path))
+    print(f"wrote {page}" + (f" and {PLOT}" if plot_path else ""))
+    for b, k, v, t, met in srows:
+        print(f"  {b:20s} {k:40s} {v:9.3f}  {t:10s} {'' if met is None else ('met' if met else 'MISSED')}")
+    return 1 if any(r.get("failed") for r in results.values()) else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

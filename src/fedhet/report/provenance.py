@@ -1,0 +1,67 @@
+"""Where a number was measured: the machine and the commit, for result pages and the benchmark page."""
+
+from __future__ import annotations
+
+import os
+import platform
+import subprocess
+from pathlib import Path
+
+
+def machine() -> dict[str, str]:
+    """CPU model, cores available to this process, memory, GPU, Python, torch and OS, as short strings."""
+    cpu = platform.processor() or "unknown"
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    memory = "unknown"
+    try:
+        kib = int(Path("/proc/meminfo").read_text().split()[1])
+        memory = f"{kib / 1024**2:.1f} GiB"
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        import torch
+
+        torch_version = torch.__version__
+        gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "none"
+    except ImportError:
+        torch_version, gpu = "not installed", "none"
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    return {
+        "CPU": cpu,
+        "cores available": str(cores),
+        "memory": memory,
+        "GPU": gpu,
+        "Python": platform.python_version(),
+        "torch": torch_version,
+        "OS": f"{platform.system()} {platform.release()}",
+    }
+
+
+def machine_line() -> str:
+    m = machine()
+    return (
+        f"{m['CPU']}, {m['cores available']} cores, {m['memory']}, GPU {m['GPU']}, Python {m['Python']}, "
+        f"torch {m['torch']}"
+    )
+
+
+def commit(where: Path | None = None) -> str:
+    """The short commit of the checkout at ``where`` (default: this package's), marked when it has
+    uncommitted changes to tracked files; "unknown" outside a git checkout."""
+    cwd = where or Path(__file__).resolve().parent
+    try:
+        rev = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=cwd, capture_output=True, text=True)
+        if rev.returncode:
+            return "unknown"
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no"], cwd=cwd, capture_output=True, text=True
+        )
+    except OSError:
+        return "unknown"
+    return rev.stdout.strip() + (" (with uncommitted changes)" if dirty.stdout.strip() else "")

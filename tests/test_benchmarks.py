@@ -1,0 +1,107 @@
+"""The benchmark plumbing: targets are judged the right way round, `make bench`'s page says what was met,
+missed, failed or not run, and the GPU check script runs end to end (at tiny scale on the CPU)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+import common  # noqa: E402
+import run_all  # noqa: E402
+
+
+@pytest.mark.parametrize(
+    "value,target,met,attained",
+    [
+        (1.02, "<= 1.05", True, 1.05 / 1.02),
+        (1.10, "<= 1.05", False, 1.05 / 1.10),
+        (2.14, ">= 3", False, 2.14 / 3),
+        (3.5, ">= 3", True, 3.5 / 3),
+        (3.0, ">= 3", True, 1.0),
+    ],
+)
+def test_targets_are_judged_in_their_direction(value, target, met, attained):
+    assert common.target_met(value, target) is met
+    assert common.attainment(value, target) == pytest.approx(attained)
+
+
+def test_a_target_in_words_is_neither_met_nor_missed():
+    assert common.target_met(1.4, "close to 2") is None
+    assert common.attainment(1.4, "close to 2") is None
+
+
+def test_emit_refuses_a_target_for_an_unmeasured_ratio(capsys):
+    with pytest.raises(ValueError, match="speedup_50"):
+        common.emit("x", {"speedup_10": 1.0}, {"speedup_50": ">= 3"}, settings="s")
+    common.emit("x", {"speedup_10": 1.5}, {"speedup_10": ">= 3"}, settings="s", rows=[{"a": 1}])
+    out = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert out["benchmark"] == "x" and out["ratios"] == {"speedup_10": 1.5} and out["peak_rss_mb"] > 0
+
+
+def test_the_page_says_what_was_met_missed_failed_and_not_run():
+    results = {
+        "engine_overhead": {
+            "benchmark": "engine_overhead",
+            "ratios": {"engine_over_bare": 1.02},
+            "targets": {"engine_over_bare": "<= 1.05"},
+            "rows": [{"path": "fedhet engine", "round_ms": 812.5}],
+            "settings": "ten clients",
+            "peak_rss_mb": 900.0,
+            "wall_s": 60.0,
+            "commit": "abc1234",
+        },
+        "vectorized": {
+            "benchmark": "vectorized",
+            "ratios": {"speedup_50": 2.14},
+            "targets": {"speedup_50": ">= 3"},
+            "rows": [],
+            "settings": "fifty clients",
+            "peak_rss_mb": 800.0,
+            "wall_s": 30.0,
+        },
+        "celm_probe": {
+            "benchmark": "celm_probe",
+            "failed": True,
+            "returncode": 2,
+            "output_tail": "Traceback X",
+        },
+    }
+    page = run_all.render(results, {"CPU": "test CPU", "cores available": "2"}, "abc1234", None)
+    summary = page.split("## 1.")[0]
+    assert "| engine_overhead | `engine_over_bare` | 1.020 | <= 1.05 | yes |" in summary
+    assert "| vectorized | `speedup_50` | 2.140 | >= 3 | **missed** |" in summary
+    assert "| celm_probe | | | | **failed** (exit 2) |" in summary
+    assert "needs CUDA" in summary  # gpu_round: no result and no GPU
+    assert "| compare_jobs | | | | not run |" in summary
+    assert "Traceback X" in page and "| fedhet engine | 812.5 |" in page
+    assert "test CPU" in page and "abc1234" in page
+    for bench in run_all.BENCHES:  # every section prints the command that regenerates it
+        assert f"`{bench.command}`" in page
+
+
+def test_gpu_check_script_runs_at_tiny_scale_on_the_cpu(tmp_path):
+    env = {**os.environ, "SCALE": "tiny", "DEVICE": "cpu", "PYTHON": sys.executable}
+    env["FEDHET_CACHE"] = str(tmp_path / "cache")
+    done = subprocess.run(
+        ["bash", str(ROOT / "benchmarks" / "gpu_check.sh"), str(tmp_path / "out")],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=400,
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
+    result = json.loads((tmp_path / "out" / "gpu_round.json").read_text())
+    assert result["benchmark"] == "gpu_round"
+    assert set(result["ratios"]) == {"celm_round_over_bare", "fedavg_round_over_bare"}
+    assert all(v > 0 for v in result["ratios"].values())
+    assert result["device"] == "cpu" and result["host_syncs"] == {"fedavg_round": None, "proxyfl_round": None}
+    log = (tmp_path / "out" / "test_gpu.log").read_text()
+    assert "skipped" in log.lower() and "failed" not in log.lower()  # no CUDA here: they skip, not fail
