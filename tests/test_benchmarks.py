@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -105,3 +106,26 @@ def test_gpu_check_script_runs_at_tiny_scale_on_the_cpu(tmp_path):
     assert result["device"] == "cpu" and result["host_syncs"] == {"fedavg_round": None, "proxyfl_round": None}
     log = (tmp_path / "out" / "test_gpu.log").read_text()
     assert "skipped" in log.lower() and "failed" not in log.lower()  # no CUDA here: they skip, not fail
+
+
+def test_gpu_reproduce_script_writes_its_result_pages_at_tiny_scale_on_the_cpu(tmp_path):
+    env = {**os.environ, "SCALE": "tiny", "PYTHON": sys.executable, "FEDHET_CACHE": str(tmp_path / "cache")}
+    done = subprocess.run(
+        ["bash", str(ROOT / "benchmarks" / "gpu_reproduce.sh"), str(tmp_path / "out")],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
+    results = tmp_path / "out" / "results"
+    celm = (results / "celm-table1-cifar10.md").read_text()
+    row = next(line for line in celm.splitlines() if line.startswith("| CIFAR-10 Dir 0.05 |"))
+    assert row.count("/ paper ") == 2 and "(1 seed)" in row  # FedAvg and CELM measured beside the paper
+    proxy = (results / "proxyfl-table1.md").read_text()
+    row = next(line for line in proxy.splitlines() if line.startswith("| CIFAR-10 α=0.1 |"))
+    assert re.search(r"\*\*\d+\.\d\d\*\* \(1 seed\) / paper 88\.56", row)
+    assert (
+        "scale **quick**" in proxy
+        and "[proxyfl-table1.md](proxyfl-table1.md)" in (results / "README.md").read_text()
+    )

@@ -370,3 +370,30 @@ def test_resume_with_flags_that_change_the_experiment_is_refused(tmp_path, capsy
         in err
     )
     assert main(["run", "--resume", str(out), "--quiet"]) == 0  # alone it is fine
+
+
+def test_free_rider_view_of_the_summary():
+    from fedhet.engine.rounds import free_rider_view
+
+    # hand-computed: client 0 holds 0.05 of the weight, strictly lowest; 0.05 x 5 clients = 0.25
+    out = free_rider_view(np.array([0.05, 0.3, 0.25, 0.2, 0.2]), 0)
+    assert out == {"free_rider_lowest": 1.0, "free_rider_weight_ratio": pytest.approx(0.25)}
+    tied = free_rider_view(np.array([1.0, 1.0, 8.0]), 1)  # normalised 0.1: tied with client 0, not lowest
+    assert tied == {"free_rider_lowest": 0.0, "free_rider_weight_ratio": pytest.approx(0.3)}
+    assert free_rider_view(np.array([-0.1, 0.6, 0.5]), 0) == {}  # signed scores: no weight share
+    assert free_rider_view(None, 0) == {} and free_rider_view(np.array([0.2, 0.8]), None) == {}
+
+
+def test_a_free_rider_run_reports_whether_the_free_rider_was_lowest(tmp_path, monkeypatch):
+    monkeypatch.setenv("FEDHET_CACHE", str(tmp_path / "cache"))
+    cfg = ExperimentConfig()
+    cfg.data.dataset, cfg.data.split, cfg.data.clients = "digits", "free-rider", 4
+    cfg.data.split_params = {"alpha": 1.0, "free_rider": 2, "actual_size": 5}
+    cfg.train.rounds, cfg.eval.fairness = 2, False
+    cfg.method.name, cfg.method.params = "celm", {"warmup_fraction": 0.5, "probe_steps": 5}
+    sim = make_simulation(cfg, run_dir=tmp_path / "run")
+    sim.run()
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    w = np.asarray(summary["contributions"]) / np.sum(summary["contributions"])
+    assert summary["final"]["free_rider_weight_ratio"] == pytest.approx(w[2] * 4)
+    assert summary["final"]["free_rider_lowest"] == float(all(w[2] < np.delete(w, 2)))

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import json
 import re
+from pathlib import Path
 
 import pytest
 import torch
 
 from fedhet.cli import main
 from fedhet.errors import ConfigError
-from fedhet.reproduce import QUICK, list_specs, load_spec, parse_paper_value
+from fedhet.reproduce import QUICK, list_specs, load_spec, parse_paper_value, row_config
 
 torch.set_num_threads(1)
 
@@ -34,7 +35,10 @@ def test_every_shipped_table_loads_and_points_at_existing_configs():
         assert spec.rows and spec.methods
         for row in spec.rows:
             assert not row.available or row.config.is_file()
-            assert set(row.paper) <= set(spec.methods)
+            assert set(row.paper) <= set(row.methods or spec.methods)
+            for scale in ("quick", "cpu", "full"):  # every scale's overrides apply to every row's config
+                if row.available:
+                    row_config(row, list(spec.at_scale(scale).overrides))
 
 
 def test_reproduce_runs_rows_and_reports_differences(tmp_path, capsys):
@@ -60,6 +64,10 @@ def test_reproduce_runs_rows_and_reports_differences(tmp_path, capsys):
     ours = first["methods"]["fedavg"]["ours"]
     assert 30.0 < ours <= 100.0 and first["methods"]["fedavg"]["paper"] == [50.0, 1.0]
     assert second["run_dir"] == first["run_dir"]  # same runs, another metric: not run twice
+    assert second["metric"] == "balanced_accuracy"  # the row's own metric, read from the same runs
+    summary = json.loads((Path(first["run_dir"]) / "fedavg-seed0" / "summary.json").read_text())
+    assert second["methods"]["fedavg"]["ours"] == pytest.approx(100 * summary["final"]["balanced_accuracy"])
+    assert ours == pytest.approx(100 * summary["final"]["accuracy"])
     assert not offline["available"] and not svhn["available"] and "svhn" in svhn["note"]
     md = (out / "reproduce.md").read_text()
     assert f"Δ {ours - 50.0:+.2f}" in md and "not run" in md

@@ -575,13 +575,21 @@ def reproduce_command(args: argparse.Namespace, table: str, scale: str) -> str:
 
 def cmd_reproduce(args: argparse.Namespace) -> int:
     from fedhet.engine.rounds import _jsonable
-    from fedhet.reproduce import list_specs, load_spec, render_markdown, run_spec, write_page, write_results
+    from fedhet.reproduce import (
+        list_specs,
+        load_spec,
+        render_markdown,
+        rows_without_data,
+        run_spec,
+        write_page,
+        write_results,
+    )
 
     if args.list or not args.table:
         for name in list_specs():
             spec = load_spec(name)
-            offline = sum(not r.available for r in spec.rows)
-            extra = f"; {offline} row(s) need data not obtainable offline" if offline else ""
+            offline = len(rows_without_data(spec))
+            extra = f"; {offline} row(s) need data not found here (--set data.root=DIR)" if offline else ""
             print(f"{name}: {spec.title} ({len(spec.rows)} rows{extra}; methods {', '.join(spec.methods)})")
         return 0
     console = _console(args)

@@ -25,6 +25,12 @@ A table is a TOML file (``configs/reproduce/*.toml``)::
     note = "FedISIC is not obtainable offline"
     paper = { fedavg = "61.25 ± 0.04" }
 
+    [[rows]]
+    name = "GPL baseline"
+    config = "../proxyfl/cifar10-alpha0.1.toml"
+    methods = ["fixmatch-gpl"]                   # optional: only these of the table's methods in this row
+    paper = { fixmatch-gpl = 84.56 }
+
     [scales.quick]                               # optional: `--scale quick` (default: QUICK below)
     seeds = 1
     set = ["train.rounds=2", "train.local_steps=5"]
@@ -70,6 +76,8 @@ class Row:
     note: str = ""
     metric: str | None = None  # overrides the table's metric for this row
     method_params: dict[str, dict[str, Any]] = field(default_factory=dict)  # merged over the table's
+    methods: list[str] = field(default_factory=list)  # only these of the table's methods (empty: all)
+    scale: float | None = None  # overrides the table's display scale for this row (e.g. ×100 accuracies)
 
 
 @dataclass(frozen=True)
@@ -153,6 +161,20 @@ def list_specs() -> list[str]:
     return sorted(p.stem for p in SPEC_DIR.glob("*.toml")) if SPEC_DIR.is_dir() else []
 
 
+ROW_KEYS = {
+    "name",
+    "config",
+    "set",
+    "paper",
+    "available",
+    "note",
+    "metric",
+    "method_params",
+    "methods",
+    "scale",
+}
+
+
 def load_spec(name: str) -> Spec:
     path = resolve_spec_path(name)
     try:
@@ -180,7 +202,7 @@ def load_spec(name: str) -> Spec:
         raise ConfigError(f"{path}: view={raw.get('view')!r}; accepted: 'final', 'best', 'last'")
     rows = []
     for i, r in enumerate(raw.get("rows", [])):
-        unknown = set(r) - {"name", "config", "set", "paper", "available", "note", "metric", "method_params"}
+        unknown = set(r) - ROW_KEYS
         if unknown:
             raise ConfigError(f"{path}: row {i} has unknown key(s) {sorted(unknown)}")
         cfg = (path.parent / r["config"]).resolve() if r.get("config") else None
@@ -196,8 +218,16 @@ def load_spec(name: str) -> Spec:
                 available=available,
                 note=r.get("note", ""),
                 method_params=_method_params(path, r.get("method_params", {})),
+                methods=list(r.get("methods", [])),
+                metric=r.get("metric"),
+                scale=float(r["scale"]) if "scale" in r else None,
             )
         )
+        stray = set(rows[-1].methods) - set(raw.get("methods", []))
+        if stray:
+            raise ConfigError(
+                f"{path}: row {rows[-1].name!r} lists methods {sorted(stray)} the table does not"
+            )
     return Spec(
         path=path,
         title=raw.get("title", path.stem),
@@ -262,6 +292,15 @@ def _data_missing(cfg: ExperimentConfig) -> str:
     return ""
 
 
+def rows_without_data(spec: Spec) -> list[str]:
+    """Names of the rows that cannot run here: marked unavailable, or their dataset is not found."""
+    out = []
+    for row in spec.rows:
+        if not row.available or _data_missing(row_config(row, [])):
+            out.append(row.name)
+    return out
+
+
 def row_config(row: Row, overrides: list[str]) -> ExperimentConfig:
     cfg = load_config(row.config)
     for key, value in parse_set_args(row.overrides + overrides):
@@ -297,7 +336,7 @@ def run_spec(
     for row in spec.rows:
         if rows and rows.lower() not in row.name.lower():
             continue
-        wanted = [m for m in (methods or spec.methods)]
+        wanted = [m for m in (methods or spec.methods) if not row.methods or m in row.methods]
         entry: dict[str, Any] = {"row": row.name, "available": row.available, "note": row.note, "methods": {}}
         if not row.available:
             for m in wanted:
@@ -335,13 +374,14 @@ def run_spec(
         )
         key_mean, key_std = VIEW_KEYS[spec.view]
         metric = row.metric or spec.metric
+        factor = row.scale if row.scale is not None else spec.scale
         entry["metric"] = metric
         for m in wanted:
             mean = agg[m][key_mean].get(metric)
             std = agg[m][key_std].get(metric)
             entry["methods"][m] = {
-                "ours": None if mean is None else spec.scale * mean,
-                "ours_std": None if std is None else spec.scale * std,
+                "ours": None if mean is None else factor * mean,
+                "ours_std": None if std is None else factor * std,
                 "paper": row.paper.get(m),
             }
         results.append(entry)

@@ -49,6 +49,22 @@ def resolve_device(name: str) -> torch.device:
     return torch.device(name)
 
 
+def free_rider_view(contributions: np.ndarray | None, free_rider: int | None) -> dict[str, float]:
+    """For a split with a known free rider and a method with non-negative contribution weights: whether the
+    free rider has the strictly lowest weight (1.0 / 0.0; its mean over seeds is the identification rate)
+    and its weight × N (1 = a uniform share); empty otherwise (CELM's free-rider claim, methods.md §1.2)."""
+    if contributions is None or free_rider is None:
+        return {}
+    w = np.asarray(contributions, dtype=np.float64)
+    if w.size < 2 or not np.all(np.isfinite(w)) or np.any(w < 0) or w.sum() <= 0:
+        return {}
+    report = M.free_rider_report(w, int(free_rider))
+    return {
+        "free_rider_lowest": float(report["lowest"]),
+        "free_rider_weight_ratio": report["ratio_to_uniform"],
+    }
+
+
 def learning_rate(cfg: ExperimentConfig, rnd: int) -> float:
     """The round's learning rate: constant, cosine annealing to lr_min over the rounds, or exponential."""
     t = cfg.train
@@ -552,6 +568,7 @@ class RoundLoop:
         recent = [h for h in evals if h["round"] > self.cfg.train.rounds - LAST_ROUNDS]
         last = evals[-1] if evals else {}
         contrib = self.strategy.contributions()
+        final.update(free_rider_view(contrib, self.fed.info.get("free_rider")))
         reference = self.fairness_reference
         return {
             "method": self.cfg.method.name,
