@@ -76,6 +76,48 @@ def test_scalar_baseline_debias_shares_simplex_and_ema_known_answer():
     assert step.contributions.sum() == pytest.approx(1.0)
 
 
+def test_defaults_are_the_papers_values():
+    """ε = 1e-8 and β = 0.5 when not passed (hand-computed: shares of [[1], [1]] are 1/(2 + 1e-8) each)."""
+    np.testing.assert_allclose(
+        class_shares(np.array([[1.0], [1.0]])), [[1 / (2 + 1e-8)], [1 / (2 + 1e-8)]], rtol=1e-15
+    )
+    np.testing.assert_allclose(
+        ema_contributions(np.array([0.6, 0.4]), np.array([0.0, 1.0]), [0, 1]), [0.3, 0.7]
+    )
+    raw, top = np.array([[3.0, 1.0], [1.0, 3.0]]), np.array([1.0, 1.0])
+    step = estimate_contributions(np.array([0.8, 0.2]), raw, top, [0, 1])  # c̄ = [0.5, 0.5], β = 0.5
+    np.testing.assert_allclose(step.contributions, [0.65, 0.35])
+    assert step.baseline == 1.0  # the scalar b = mean of the global logits, kept in the step
+
+
+def test_estimate_contributions_passes_epsilon_and_checks_the_rows():
+    raw, top = np.array([[3.0, 1.0], [1.0, 1.0]]), np.array([1.0, 1.0])
+    # q = [[2, 0], [0, 0]]; with ε = 1: r = [[2/3, 0], [0, 0]], ĉ = [1/3, 0] -> c̄ = [1, 0]; shares keep ε
+    step = estimate_contributions(np.array([0.5, 0.5]), raw, top, [0, 1], momentum=0.0, epsilon=1.0)
+    np.testing.assert_allclose(step.shares, [[2 / 3, 0.0], [0.0, 0.0]])
+    with pytest.raises(ValueError, match="one row per client"):
+        estimate_contributions(np.full(3, 1 / 3), np.ones((3, 2)), top, [0, 1])  # 3 rows for 2 clients
+    with pytest.raises(ValueError, match="one row per client"):
+        estimate_contributions(np.full(2, 0.5), np.ones(2), top, [0, 1])  # not a matrix
+
+
+def test_the_formulas_compute_in_float64_from_float32_inputs():
+    """The probes' logits arrive as float32 tensors; every step returns float64 (the EMA runs for many
+    rounds, and ties between clients are decided on these values)."""
+    f32 = np.array([[0.3, 0.1], [0.1, 0.2]], dtype=np.float32)
+    assert class_shares(f32).dtype == np.float64
+    assert client_scores(f32).dtype == np.float64
+    assert to_simplex(np.array([0.3, 0.1], dtype=np.float32)).dtype == np.float64
+    assert baseline_from_global(np.array([0.3, 0.1], dtype=np.float32), per_class=True).dtype == np.float64
+    prev = np.array([0.6, 0.4], dtype=np.float32)
+    ema = ema_contributions(prev, np.array([0.5, 0.5]), [0, 1], 0.1)
+    assert ema.dtype == np.float64
+    # the float32 values, exactly, in float64 arithmetic; c̄ is scaled to the present clients' mass p0 + p1
+    p0, p1 = float(prev[0]), float(prev[1])
+    mass = p0 + p1
+    np.testing.assert_allclose(ema, [0.1 * p0 + 0.9 * 0.5 * mass, 0.1 * p1 + 0.9 * 0.5 * mass], rtol=1e-15)
+
+
 def test_per_class_baseline_subtracts_each_classes_global_logit():
     raw = np.array([[5.0, 1.0, 3.0], [2.0, 4.0, 3.0], [1.0, 1.0, 1.0]])
     global_logits = np.array([1.0, 3.0, 2.0])
@@ -407,6 +449,39 @@ def test_the_recorded_evidence_recomputes_the_weights_and_the_baseline_is_the_pr
         )[0]
         np.testing.assert_allclose(top, reprobed.double().numpy(), rtol=1e-4, atol=1e-4)
     np.testing.assert_allclose(lines[4]["contributions"], c)  # frozen after warm-up
+
+
+@needs_fashion
+def test_every_parameter_reaches_the_estimate_recomputed_from_the_records(tmp_path):
+    """Non-default settings of every CELM parameter, recomputed independently from the run's records: the
+    global row re-probed with the same probe settings (another implementation) and divided by its median
+    (evidence_scale), the per-class baseline, ε, β and the 'first' initial value (c^1 = c̄^1)."""
+    params = dict(warmup_fraction=0.75, ema_momentum=0.8, epsilon=0.5, per_class_baseline=True,
+                  initial_contributions="first", probe_lr=0.2, probe_l2=0.01, probe_init_scale=0.5,
+                  probe_impl="vmap", evidence_scale="median")  # fmt: skip
+    cfg = small_config(**params)
+    sim, _, globals_after, _, initial = _run_recorded(cfg, run_dir=tmp_path / "run")
+    lines = {
+        ln["round"]: ln
+        for ln in map(json.loads, (tmp_path / "run" / "metrics.jsonl").read_text().splitlines())
+    }
+    evidence = json.loads((tmp_path / "run" / "records.json").read_text())["celm"]["evidence"]
+    c = None
+    for e in evidence:
+        raw, top = np.array(e["raw"]), np.array(e["global"])
+        previous = initial if e["round"] == 1 else globals_after[e["round"] - 2]
+        reprobed = maximize_class_logits(
+            sim.strategy.model, [previous], (1, 28, 28), 10, steps=10, lr=0.2, l2=0.01, init_scale=0.5,
+            generator=probe_generator(0, e["round"]), impl="loop",
+        )[0].double().numpy()  # fmt: skip
+        np.testing.assert_allclose(top, reprobed / max(abs(np.median(reprobed)), 1e-8), rtol=1e-4, atol=1e-4)
+        np.testing.assert_allclose(e["baseline"], top)  # b_c = the global model's own (rescaled) logit
+        q = np.maximum(raw - top[None, :], 0.0)
+        r = q / (q.sum(axis=0) + 0.5)
+        c_bar = r.mean(axis=1) / r.mean(axis=1).sum()
+        np.testing.assert_allclose(e["scores"], c_bar, rtol=1e-9)
+        c = c_bar if c is None else 0.8 * c + 0.2 * c_bar
+        np.testing.assert_allclose(lines[e["round"]]["contributions"], c, rtol=1e-9)
 
 
 @needs_fashion
