@@ -135,6 +135,13 @@ def test_fedrac_switches_ratio_and_step_at_the_switch_round():
     assert FedRACFixedRatio(fixed_ratio=0.35).threshold_ratio(7) == 0.35
 
 
+def test_fedrac_passes_its_time_scale_and_offset_to_the_schedule():
+    # ζ = 0.5, κ = 5, λ = 0.2 at t = 10: 0.2·(1 − 1/ln 10), computed by hand = 0.11314181...
+    rac = FedRAC(reputation_ratio=0.2, time_scale=0.5, time_offset=5.0)
+    rac.steps, rac.switch_round = (8, 8), 100
+    assert rac.threshold_ratio(10) == pytest.approx(0.2 * (1 - 1 / math.log(10.0)), abs=1e-15)
+
+
 def test_candidate_sizes():
     assert candidate_sizes(400, 8) == [8 * s for s in range(1, 51)]
     assert candidate_sizes(20, 8) == [8, 16, 20]  # the last candidate is always the full model

@@ -292,6 +292,14 @@ def test_summarize_over_seeds():
     assert all(math.isnan(v) for v in metrics.summarize_over_seeds([math.nan, math.nan]))
 
 
+def test_best_final_lastk_defaults_to_the_last_10_and_rejects_a_non_integer_window():
+    series = [0.0, 0.0] + [1.0] * 10  # the last 10 are 1.0; a window of 11 would take in a 0
+    assert metrics.best_final_lastk(series)["last_k_mean"] == 1.0
+    for bad in (True, 2.5, 0):
+        with pytest.raises(ConfigError):
+            metrics.best_final_lastk(series, k=bad)
+
+
 def test_best_final_lastk():
     series = [0.1, 0.5, 0.3, 0.4, 0.2]
     result = metrics.best_final_lastk(series, k=3)
