@@ -26,6 +26,7 @@ import subprocess
 import threading
 import time
 import warnings
+from datetime import datetime
 from pathlib import Path
 
 import torch
@@ -124,27 +125,44 @@ def bare_probes(sim, states: list[dict]) -> torch.Tensor:
 
 
 class Utilisation:
-    """GPU utilisation (%) sampled by ``nvidia-smi`` every 50 ms while ``active`` is set."""
+    """GPU utilisation (%) from ``nvidia-smi`` every 50 ms, with its own timestamps, so that only samples
+    taken inside the timed windows count (however the pipe buffers its lines). ``utilization.gpu`` is itself
+    an average over the driver's last sampling period (1/6 s to 1 s), so samples repeat values."""
 
     def __init__(self) -> None:
-        self.samples: list[float] = []
-        self.active = threading.Event()
+        self.samples: list[tuple[float, float]] = []
+        self.windows: list[tuple[float, float]] = []
         self.proc = None
         if shutil.which("nvidia-smi") and torch.cuda.is_available():
-            cmd = ["nvidia-smi", "--query-gpu=utilization.gpu", "--format=csv,noheader,nounits", "-lms", "50"]
+            cmd = ["nvidia-smi", "--query-gpu=timestamp,utilization.gpu", "--format=csv,noheader,nounits",
+                   "-lms", "50"]  # fmt: skip
             self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True)
             threading.Thread(target=self._read, daemon=True).start()
 
     def _read(self) -> None:
         for line in self.proc.stdout:
-            if self.active.is_set() and line.strip().split(",")[0].isdigit():
-                self.samples.append(float(line.split(",")[0]))
+            stamp, _, value = line.strip().rpartition(",")
+            try:
+                when = datetime.strptime(stamp.strip(), "%Y/%m/%d %H:%M:%S.%f").timestamp()
+                self.samples.append((when, float(value)))
+            except ValueError:
+                continue
+
+    def measure(self, fn):
+        """``fn()``, its wall time recorded as a window whose samples count."""
+        start = time.time()
+        try:
+            return fn()
+        finally:
+            self.windows.append((start, time.time()))
 
     def stop(self) -> float | None:
         if self.proc is not None:
+            time.sleep(0.3)  # the last samples of the last window
             self.proc.terminate()
             self.proc.wait(timeout=10)
-        return statistics.mean(self.samples) if self.samples else None
+        inside = [u for t, u in self.samples if any(a <= t <= b for a, b in self.windows)]
+        return statistics.mean(inside) if inside else None
 
 
 def synced(fn):
@@ -190,9 +208,7 @@ def main() -> None:
     util = Utilisation()
     for rnd in range(1, args.repeats + 2):  # round 1 warms every path up and is not counted
         for name, sim in sims.items():
-            util.active.set()
-            seconds = synced(lambda s=sim, r=rnd: s.train_round(r))
-            util.active.clear()
+            seconds = util.measure(lambda s=sim, r=rnd: synced(lambda: s.train_round(r)))
             if rnd > 1:
                 times[name].append(seconds)
         seconds = synced(lambda r=rnd: bare_round(sims["fedavg"], start, r))

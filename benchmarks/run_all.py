@@ -186,14 +186,17 @@ BENCHES = (
         300,
         "On a GPU (benchmarks/gpu_check.sh runs it with the CUDA tests): the CELM CIFAR-10 CNN round "
         "(configs/celm/cifar10-dir0.05.toml, probes included) against the same training and probes written "
-        "as a bare PyTorch loop; a FedAvg round against the bare training alone; GPU utilisation during the "
-        "rounds; host syncs per round; one ProxyFL ResNet-8 client round "
-        "(configs/proxyfl/cifar10-alpha0.1.toml). "
-        "The local step makes no host sync (tests/test_gpu.py counts them with "
-        "`torch.cuda.set_sync_debug_mode`): the training loss and the FSSL statistics are summed on the "
-        "device, ProxyFL's class counts use `index_add_`, and evaluation runs batched under "
-        "`torch.inference_mode`. Data and models stay on the device; CELM's probes and FedRAC's candidates "
-        "run batched on the model's device.",
+        "as a bare PyTorch loop; a FedAvg round against the bare training alone; GPU utilisation during the"
+        " rounds; host syncs per round; one ProxyFL ResNet-8 client round "
+        "(configs/proxyfl/cifar10-alpha0.1.toml). The supervised local step (FedAvg, FedProx, FedRS, CELM) "
+        "makes no host sync: tests/test_gpu.py counts them with `torch.cuda.set_sync_debug_mode` and checks"
+        " that a round's count does not grow with its steps. The training loss is summed on the device, the"
+        " FSSL statistics too and ProxyFL's class counts use `index_add_`; evaluation runs batched under "
+        "`torch.inference_mode`; data and models stay on the device; CELM's probes and FedRAC's candidates "
+        "run batched on the model's device. Not yet removed: the FSSL augmentations draw their per-sample "
+        "parameters from the client's CPU generator (so a seed gives the same views on every device) and "
+        "copy them to the device, a sync per augmentation op and step, and FedProto copies its prototype "
+        "sums to the host every last-epoch step; the `host_syncs` value of the ProxyFL round shows it.",
         cuda_only=True,
     ),
 )

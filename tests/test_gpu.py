@@ -29,11 +29,8 @@ def _tmp_cache(tmp_path, monkeypatch):
 
 def config(method: str, device: str, local_steps: int, **params) -> ExperimentConfig:
     cfg = ExperimentConfig()
-    cfg.data.dataset, cfg.data.split, cfg.data.clients = (
-        "digits",
-        "iid",
-        2,
-    )  # ~800 samples: 25 steps per epoch
+    # digits: 1,347 training images, so 2 IID clients of ~673 hold 21 batches of 32 per epoch
+    cfg.data.dataset, cfg.data.split, cfg.data.clients = "digits", "iid", 2
     cfg.model.name = "mlp"
     cfg.train.rounds, cfg.train.lr, cfg.train.batch_size, cfg.train.local_steps = 3, 0.1, 32, local_steps
     cfg.train.momentum, cfg.train.device = 0.9, device
@@ -42,10 +39,15 @@ def config(method: str, device: str, local_steps: int, **params) -> ExperimentCo
     return cfg
 
 
+SYNC_WARNING = "called a synchronizing CUDA operation"
+
+
 def syncs_in_round(method: str, local_steps: int, **params) -> int:
     """Host syncs of round 2 (round 1 pays the one-off CUDA/cuBLAS initialisation)."""
     sim = make_simulation(config(method, "cuda", local_steps, **params))
     sim.setup()
+    # Both step counts stay inside one epoch: each epoch copies its CPU-drawn permutation to the device once.
+    assert all(local_steps < len(c.labels) // 32 for c in sim.fed.clients)
     sim.train_round(1)
     torch.cuda.synchronize()
     with warnings.catch_warnings(record=True) as caught:
@@ -55,7 +57,7 @@ def syncs_in_round(method: str, local_steps: int, **params) -> int:
             sim.train_round(2)
         finally:
             torch.cuda.set_sync_debug_mode("default")
-    return sum("synchroniz" in str(w.message) for w in caught)
+    return sum(SYNC_WARNING in str(w.message) for w in caught)
 
 
 @pytest.mark.parametrize(
@@ -67,8 +69,8 @@ def test_local_steps_make_no_host_sync(method, params):
     assert many == few, f"{method}: {few} host syncs with 2 local steps, {many} with 8 (a step syncs)"
 
 
-def test_sync_counter_sees_a_per_step_sync():
-    """The counter can fail: a trainer that calls .item() every step makes the round's syncs grow."""
+def test_sync_counter_sees_a_per_step_sync(monkeypatch):
+    """The counter can fail: a trainer that calls .item() every step adds one sync per client and step."""
     from fedhet.algorithms.fedavg import SGDTrainer
 
     original = SGDTrainer.loss
@@ -78,12 +80,9 @@ def test_sync_counter_sees_a_per_step_sync():
         out.item()
         return out
 
-    SGDTrainer.loss = loss_with_item
-    try:
-        few, many = syncs_in_round("fedavg", 2), syncs_in_round("fedavg", 8)
-    finally:
-        SGDTrainer.loss = original
-    assert many >= few + 6
+    monkeypatch.setattr(SGDTrainer, "loss", loss_with_item)
+    few, many = syncs_in_round("fedavg", 2), syncs_in_round("fedavg", 8)
+    assert many == few + 2 * 6  # 2 clients x 6 more steps
 
 
 def test_data_and_models_stay_on_the_device():
@@ -118,6 +117,24 @@ def test_celm_probe_on_the_device_matches_the_cpu():
         gen = torch.Generator().manual_seed(1)
         out[device] = maximize_class_logits(
             model.to(device), on, (1, 8, 8), 10, steps=20, generator=gen, impl="vmap"
+        )
+    assert out["cuda"].is_cuda
+    assert torch.allclose(out["cpu"], out["cuda"].cpu(), rtol=1e-3, atol=1e-3)
+
+
+def test_celm_closed_form_mlp_probe_on_the_device_matches_the_cpu():
+    """CELM's default probe path for the mlp (closed-form input gradients, impl="batched") on the device."""
+    from fedhet.models import build_model
+
+    torch.manual_seed(0)
+    model = build_model("mlp", (1, 8, 8), 10)
+    states = [{k: v + 0.01 * i for k, v in model.state_dict().items()} for i in range(3)]
+    out = {}
+    for device in ("cpu", "cuda"):
+        on = [{k: v.to(device) for k, v in s.items()} for s in states]
+        gen = torch.Generator().manual_seed(1)
+        out[device] = maximize_class_logits(
+            model.to(device), on, (1, 8, 8), 10, steps=20, generator=gen, impl="batched"
         )
     assert out["cuda"].is_cuda
     assert torch.allclose(out["cpu"], out["cuda"].cpu(), rtol=1e-3, atol=1e-3)
