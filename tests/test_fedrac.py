@@ -106,6 +106,12 @@ def test_sharpened_contributions_known_answer():
     np.testing.assert_allclose(sharpen_contributions([0.0, 9.0], 80.0), [100 * math.exp(-720.0), 100.0])
     with pytest.raises(ConfigError, match="finite"):
         sharpen_contributions([0.1, float("nan")], 80.0)
+    assert sharpen_contributions([0.7], 80.0).tolist() == [100.0]  # one client: the top one
+    with pytest.raises(ConfigError):
+        sharpen_contributions([[0.5, 0.6]], 80.0)  # a matrix is not one accuracy per client
+    with pytest.raises(ConfigError):
+        sharpen_contributions([], 80.0)
+    assert sharpen_contributions(np.array([0.5, 0.6], dtype=np.float32), 10.0).dtype == np.float64
 
 
 def test_reputation_threshold_known_answers():
@@ -176,6 +182,12 @@ def test_allocation_known_answers(thresholds, off_by_one, strict, expected):
         chain = got + [40]  # the top contributor's full model closes the chain
         assert all(a < b for a, b in zip(chain[:-1], chain[1:], strict=True))
         assert max(got) < 40  # the full model stays the top contributor's
+
+
+def test_allocation_defaults_are_the_papers_scan():
+    """Without options: the paper's sizes (no off-by-one) and ties allowed (not strict), as the code."""
+    assert allocate_sizes([0.35, 0.6, 0.95], SIZES, ACCS) == [16, 24, 32]  # off_by_one would give [8, 16, 32]
+    assert allocate_sizes([1.0, 1.0, 1.0], SIZES, ACCS) == [32, 32, 32]  # strict would give [16, 24, 32]
 
 
 def test_allocation_needs_enough_candidates():
@@ -280,11 +292,13 @@ def _drive(cfg: ExperimentConfig, rounds: int, standalone: np.ndarray = STANDALO
     sim = make_simulation(cfg, reference_contributions=standalone)
     sim.setup()
     record = []
+    sim.round_infos = {}  # what the strategy recorded of each round's allocation (last_round_info)
     for rnd in range(1, rounds + 1):
         before = sim.strategy.frequency.clone()
         models_before = {k: v.clone() for k, v in sim.strategy.model.state_dict().items()}
         sim.train_round(rnd)
         record.append((before, sim.strategy.masks.clone(), sim.strategy.frequency.clone(), models_before))
+        sim.round_infos[rnd] = copy.deepcopy(sim.strategy.last_round_info)
     return sim, record
 
 
@@ -365,12 +379,18 @@ def test_a_fedrac_round_recomputes_from_masked_validation_accuracies(strict):
         expected = _scan_sizes(thresholds[ranked[:-1]], cand_sizes, accuracies, strict)
         got = masks.sum(1).long().numpy()
         assert got[ranked[:-1]].tolist() == expected and got[ranked[-1]] == 48
+        info = sim.round_infos[rnd]  # the round's record: Acc_g of the full model, the thresholds, int sizes
+        assert info["validation_accuracy"] == pytest.approx(acc_g, abs=1e-6)
+        np.testing.assert_allclose(info["thresholds"], thresholds, atol=1e-6)
+        assert info["mask_sizes"] == got.tolist() and all(type(v) is int for v in info["mask_sizes"])
         # the thresholds decide: with every threshold at −1 (or reversed) the sizes would differ
         low = _scan_sizes([-1.0] * 4, cand_sizes, accuracies, strict)
         flipped = _scan_sizes(thresholds[ranked[:-1]][::-1], cand_sizes, accuracies, strict)
         decided_by_thresholds["all -1"] |= expected != low
         decided_by_thresholds["reversed"] |= expected != flipped
     assert all(decided_by_thresholds.values()), decided_by_thresholds
+    # the timing record of each round's candidate evaluation is a duration (the benchmark reads it)
+    assert len(strat.candidate_seconds) == 3 and all(0 <= t < 60 for t in strat.candidate_seconds)
 
 
 def test_ablations_fixed_ratio_and_random_masks():
