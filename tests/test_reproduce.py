@@ -168,7 +168,10 @@ def test_quick_reproduction_writes_a_result_page_with_every_cell_and_continues(t
                 cells[(row.name, m)],
             )
     assert f"fedhet reproduce celm-table1-fmnist --scale quick --page {page}" in text
-    assert "scale **quick**" in text and "Measured at commit" in text and "## Gaps and their causes" in text
+    assert (
+        "scale **quick**" in text and "Page written at commit" in text and "## Gaps and their causes" in text
+    )
+    assert f"Its {len(spec.rows) * len(spec.methods)} runs took" in text and "were computed at commit" in text
     for figure in re.findall(r"\]\((figures/[^)]+)\)", text):
         assert (page.parent / figure).is_file()
     index = (page.parent / "README.md").read_text()

@@ -620,6 +620,28 @@ def weights_figure(spec: Spec, results: list[dict[str, Any]], path: Path) -> Pat
     return path
 
 
+def cell_provenance(results: list[dict[str, Any]]) -> dict[str, Any]:
+    """The runs behind a page's cells (read from their summary.json): how many, their summed wall time, and
+    the fedhet commits that computed them (where recorded)."""
+    runs, seconds, commits = 0, 0.0, set()
+    seen = set()
+    for r in results:
+        if not (r["available"] and r.get("run_dir")):
+            continue
+        for m in r["methods"]:
+            for seed in r["seeds"]:
+                path = Path(r["run_dir"]) / f"{m}-seed{seed}" / "summary.json"
+                if path in seen or not path.is_file():
+                    continue
+                seen.add(path)
+                summary = json.loads(path.read_text())
+                runs += 1
+                seconds += float(summary.get("wall_time_s") or 0.0)
+                if summary.get("fedhet_commit"):
+                    commits.add(str(summary["fedhet_commit"]))
+    return {"runs": runs, "run_seconds": seconds, "commits": sorted(commits)}
+
+
 def render_page(
     spec: Spec,
     results: list[dict[str, Any]],
@@ -634,6 +656,19 @@ def render_page(
     """A result page: provenance, the paper-layout table (ours ± std / paper / Δ), figures, and the
     verified causes of the gaps."""
     table = render_markdown(spec, results, scale=scale).split("\n", 2)[2]  # without its "## title" line
+    cells = cell_provenance(results)
+    if cells["runs"]:
+        made = (
+            ", ".join(cells["commits"])
+            if cells["commits"]
+            else "not recorded (runs from before commits were)"
+        )
+        computed = (
+            f" Its {cells['runs']} runs took {cells['run_seconds'] / 60:.1f} min of compute together; they "
+            f"were computed at commit {made}."
+        )
+    else:
+        computed = ""
     lines = [
         PAGE_MARK.format(table=spec.path.stem, scale=scale, commit=commit),
         f"# {spec.title}",
@@ -644,9 +679,9 @@ def render_page(
         command,
         "```",
         "",
-        f"Measured at commit {commit}, scale **{scale}**, wall time {wall_s / 60:.1f} min (cells already "
-        f"finished in the output directory are reused and not re-timed), on {machine}. Cells: ours as mean ± "
-        "std over seeds / the paper's value / the difference.",
+        f"Page written at commit {commit}, scale **{scale}**, on {machine}; this invocation took "
+        f"{wall_s / 60:.1f} min (runs already finished in the output directory are reused, not rerun)."
+        f"{computed} Cells: ours as mean ± std over seeds / the paper's value / the difference.",
         "",
         table.rstrip(),
     ]

@@ -36,6 +36,7 @@ from fedhet.engine.rundir import claim_run_dir, write_atomic
 from fedhet.engine.seeds import derived_rng, model_seed
 from fedhet.errors import CheckpointError, ClientUpdateError, ConfigError, TrainingDivergedError
 from fedhet.models.registry import check_model_contract
+from fedhet.report.provenance import commit
 
 log = logging.getLogger("fedhet")
 
@@ -584,6 +585,7 @@ class RoundLoop:
             "client_sizes": self.fed.sizes,
             "partition_info": _jsonable(self.fed.info),
             "wall_time_s": wall,
+            "fedhet_commit": commit(),  # where the numbers came from (result pages cite it)
         }
 
     def _write_partition(self) -> None:
