@@ -191,15 +191,16 @@ BENCHES = (
         "(configs/celm/cifar10-dir0.05.toml, probes included) against the same training and probes written "
         "as a bare PyTorch loop; a FedAvg round against the bare training alone; GPU utilisation during the"
         " rounds; host syncs per round; one ProxyFL ResNet-8 client round "
-        "(configs/proxyfl/cifar10-alpha0.1.toml). The supervised local step (FedAvg, FedProx, FedRS, CELM) "
-        "makes no host sync: tests/test_gpu.py counts them with `torch.cuda.set_sync_debug_mode` and checks"
-        " that a round's count does not grow with its steps. The training loss is summed on the device, the"
-        " FSSL statistics too and ProxyFL's class counts use `index_add_`; evaluation runs batched under "
-        "`torch.inference_mode`; data and models stay on the device; CELM's probes and FedRAC's candidates "
-        "run batched on the model's device. Not yet removed: the FSSL augmentations draw their per-sample "
-        "parameters from the client's CPU generator (so a seed gives the same views on every device) and "
-        "copy them to the device, a sync per augmentation op and step, and FedProto copies its prototype "
-        "sums to the host every last-epoch step; the `host_syncs` value of the ProxyFL round shows it.",
+        "(configs/proxyfl/cifar10-alpha0.1.toml). A local step makes no host sync: tests/test_gpu.py counts"
+        " them with `torch.cuda.set_sync_debug_mode` and checks that a round's count does not grow with its"
+        " steps, for FedAvg, FedProx, FedRS, FixMatch-GPL and ProxyFL. The training loss and the FSSL "
+        "statistics are summed on the device, ProxyFL's class counts use `index_add_`, and what the CPU "
+        "generators draw (batch permutations, augmentation parameters, so that a seed gives the same "
+        "batches and views on every device) is copied through pinned memory without a sync "
+        "(src/fedhet/engine/transfer.py); evaluation runs batched under `torch.inference_mode`; data and "
+        "models stay on the device; CELM's probes and FedRAC's candidates run batched on the model's "
+        "device. Not yet removed: FedProto's prototype term selects samples by boolean masks and copies its"
+        " sums to the host every last-epoch step.",
         cuda_only=True,
     ),
 )

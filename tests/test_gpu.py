@@ -69,6 +69,43 @@ def test_local_steps_make_no_host_sync(method, params):
     assert many == few, f"{method}: {few} host syncs with 2 local steps, {many} with 8 (a step syncs)"
 
 
+def fssl_syncs_in_round(method: str, local_steps: int) -> int:
+    """Host syncs of round 2 of a semi-supervised run on digits (augmentations, frozen global model, ICPL)."""
+    cfg = ExperimentConfig()
+    cfg.data.dataset, cfg.data.split, cfg.data.clients = "digits", "labeled-unlabeled", 2
+    cfg.data.split_params = {"labeled_per_class": 10, "alpha": 0.5}
+    cfg.model.name, cfg.model.params = "resnet8", {"width": 4}
+    cfg.train.rounds, cfg.train.local_steps, cfg.train.batch_size, cfg.train.device = (
+        3,
+        local_steps,
+        8,
+        "cuda",
+    )
+    cfg.eval.fairness, cfg.eval.rewards = False, False
+    cfg.method.name = method
+    cfg.method.params = {"threshold": 0.5, **({"gpt_epochs": 2} if method == "proxyfl" else {})}
+    sim = make_simulation(cfg)
+    sim.setup()
+    sim.train_round(1)
+    torch.cuda.synchronize()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        torch.cuda.set_sync_debug_mode("warn")
+        try:
+            sim.train_round(2)
+        finally:
+            torch.cuda.set_sync_debug_mode("default")
+    return sum(SYNC_WARNING in str(w.message) for w in caught)
+
+
+@pytest.mark.parametrize("method", ["fixmatch-gpl", "proxyfl"])
+def test_semi_supervised_steps_make_no_host_sync(method):
+    """Augmentation parameters and batch permutations are drawn on the CPU generators and copied to the
+    device through pinned memory without a sync (fedhet.engine.transfer), so a step does not sync."""
+    few, many = fssl_syncs_in_round(method, 2), fssl_syncs_in_round(method, 6)
+    assert many == few, f"{method}: {few} host syncs with 2 local steps, {many} with 6 (a step syncs)"
+
+
 def test_sync_counter_sees_a_per_step_sync(monkeypatch):
     """The counter can fail: a trainer that calls .item() every step adds one sync per client and step."""
     from fedhet.algorithms.fedavg import SGDTrainer

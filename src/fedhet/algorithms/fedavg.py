@@ -31,6 +31,7 @@ from fedhet.engine.protocol import (
     Trainer,
     Weights,
 )
+from fedhet.engine.transfer import to_device
 from fedhet.engine.weights import clone_weights
 from fedhet.errors import ConfigError, ProtocolError
 
@@ -90,7 +91,7 @@ class SGDTrainer(Trainer):
         steps = self.num_steps(u)
         done = 0
         while done < steps:
-            perm = data.indices[torch.randperm(n, generator=gen).to(data.indices.device)]
+            perm = data.indices[to_device(torch.randperm(n, generator=gen), data.indices.device)]
             for start in range(0, n, bs):
                 idx = perm[start : start + bs]
                 x = data.inputs[idx]

@@ -43,6 +43,7 @@ from fedhet.algorithms.fedavg import FedAvg, SGDTrainer
 from fedhet.algorithms.params import check_choice, check_flag, check_integer, check_number, is_finite_number
 from fedhet.data.augment import Augmenter
 from fedhet.engine.protocol import ClientData, ConfigValue, Instruction, LocalUpdate, Reply, Trainer
+from fedhet.engine.transfer import to_device
 from fedhet.engine.weights import clone_weights
 from fedhet.errors import ConfigError
 
@@ -229,7 +230,7 @@ class IndexStream:
         while needed > 0:
             if self._position >= self._order.numel():
                 perm = torch.randperm(self.indices.numel(), generator=self.generator)
-                self._order = self.indices[perm.to(self.indices.device)]
+                self._order = self.indices[to_device(perm, self.indices.device)]
                 self._position = 0
             chunk = self._order[self._position : self._position + needed]
             parts.append(chunk)

@@ -44,6 +44,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from fedhet.engine.transfer import to_device
 from fedhet.errors import ConfigError
 
 __all__ = [
@@ -172,10 +173,10 @@ def _flip_crop(x: Tensor, flipped: Tensor, offset_y: Tensor, offset_x: Tensor, p
     padded = F.pad(x, (pad, pad, pad, pad), mode="reflect") if pad > 0 else x
     padded_width = width + 2 * pad
     device = x.device
-    rows = offset_y.to(device)[:, None] + torch.arange(height, device=device)
-    cols = offset_x.to(device)[:, None] + torch.arange(width, device=device)
+    rows = to_device(offset_y, device)[:, None] + torch.arange(height, device=device)
+    cols = to_device(offset_x, device)[:, None] + torch.arange(width, device=device)
     # Reflect padding is symmetric, so pad(flip(x)) == flip(pad(x)): a flipped crop reads mirrored columns.
-    cols = torch.where(flipped.to(device)[:, None], padded_width - 1 - cols, cols)
+    cols = torch.where(to_device(flipped, device)[:, None], padded_width - 1 - cols, cols)
     flat_index = (rows[:, :, None] * padded_width + cols[:, None, :]).reshape(batch, 1, height * width)
     out = padded.reshape(batch, channels, -1).gather(2, flat_index.expand(batch, channels, height * width))
     return out.reshape(batch, channels, height, width)
@@ -210,7 +211,7 @@ def _weak(x: Tensor, generator: torch.Generator, pad: int, flip: bool) -> Tensor
 
 
 def _per_sample(values: Tensor, x: Tensor) -> Tensor:
-    return values.to(device=x.device, dtype=x.dtype).reshape(-1, 1, 1, 1)
+    return to_device(values, x.device, x.dtype).reshape(-1, 1, 1, 1)
 
 
 def _blend(degenerate: Tensor, x: Tensor, factor: Tensor) -> Tensor:
@@ -286,7 +287,7 @@ def _equalize(x: Tensor) -> Tensor:
 
 def _posterize(x: Tensor, bits: Tensor) -> Tensor:
     # Keep the top `bits` bits of each 8-bit level (PIL: level & ~(2 ** (8 - bits) - 1)).
-    step = torch.pow(2.0, 8 - bits.to(device=x.device, dtype=x.dtype)).reshape(-1, 1, 1, 1)
+    step = torch.pow(2.0, 8 - to_device(bits, x.device, x.dtype)).reshape(-1, 1, 1, 1)
     return torch.floor(_to_8bit(x) / step) * step / 255
 
 
@@ -302,7 +303,7 @@ def _affine_nearest(x: Tensor, matrices: Tensor) -> Tensor:
     pixels that fall outside take gray 0.5."""
     batch, channels, height, width = x.shape
     dtype = torch.float32 if x.device.type == "mps" else torch.float64
-    matrices = matrices.to(device=x.device, dtype=dtype)
+    matrices = to_device(matrices, x.device, dtype)
     ys = torch.arange(height, device=x.device, dtype=dtype) + 0.5
     xs = torch.arange(width, device=x.device, dtype=dtype) + 0.5
     grid_y, grid_x = torch.meshgrid(ys, xs, indexing="ij")
@@ -462,14 +463,14 @@ def _randaugment(x: Tensor, generator: torch.Generator, num_ops: int, max_magnit
             matrices = _geometric_matrices(
                 op_ids[selected, step], magnitudes[selected, step], negate[selected, step], height, width
             )
-            index = selected.to(x.device)
+            index = to_device(selected, x.device)
             out[index] = _affine_nearest(out[index], matrices)
         for op_id, name in enumerate(FIXMATCH_OPS):
             if name == "Identity" or name in _GEOMETRIC_OPS:
                 continue
             selected = ((op_ids[:, step] == op_id) & applied[:, step]).nonzero().squeeze(1)
             if selected.numel():
-                index = selected.to(x.device)
+                index = to_device(selected, x.device)
                 out[index] = _apply_photometric(out[index], op_id, magnitudes[selected, step])
     return out
 
@@ -490,8 +491,8 @@ def _cutout(x: Tensor, generator: torch.Generator, size: int) -> Tensor:
         return x.clone()
     centre_y = torch.randint(0, height, (batch,), generator=generator)
     centre_x = torch.randint(0, width, (batch,), generator=generator)
-    top = (centre_y - size // 2).to(x.device)
-    left = (centre_x - size // 2).to(x.device)
+    top = to_device(centre_y - size // 2, x.device)
+    left = to_device(centre_x - size // 2, x.device)
     rows = torch.arange(height, device=x.device)
     cols = torch.arange(width, device=x.device)
     in_rows = (rows >= top[:, None]) & (rows < top[:, None] + size)
