@@ -101,6 +101,42 @@ def test_estimate_contributions_passes_epsilon_and_checks_the_rows():
         estimate_contributions(np.full(2, 0.5), np.ones(2), top, [0, 1])  # not a matrix
 
 
+def test_ema_with_no_client_present_keeps_every_weight():
+    prev = np.array([0.2, 0.3, 0.5])
+    np.testing.assert_array_equal(ema_contributions(prev, np.array([]), []), prev)
+
+
+def test_ema_computes_in_float64_from_a_float32_current_estimate():
+    cur = np.array([0.1, 0.9], dtype=np.float32)
+    c0, c1 = float(cur[0]), float(cur[1])  # the float32 values, in float64 arithmetic (mass = 1)
+    got = ema_contributions(np.array([0.5, 0.5]), cur, [0, 1], 0.3)
+    np.testing.assert_allclose(got, [0.3 * 0.5 + 0.7 * c0, 0.3 * 0.5 + 0.7 * c1], rtol=1e-15)
+
+
+def test_the_probe_uses_the_configured_implementation(monkeypatch):
+    """probe_impl reaches the probe (the implementations agree in value, so only a spy can tell)."""
+    import fedhet.algorithms.celm as celm_module
+
+    seen = {}
+
+    def spy(*args, **kwargs):
+        seen.update(kwargs)
+        return torch.zeros(len(args[1]), args[3])
+
+    monkeypatch.setattr(celm_module, "maximize_class_logits", spy)
+    strategy = CELM(probe_impl="loop", probe_steps=7, probe_lr=0.3, probe_l2=0.02, probe_init_scale=0.4)
+    strategy.model, strategy.input_shape = torch.nn.Linear(4, 3), (4,)
+    strategy.info = type("Info", (), {"num_classes": 3, "seed": 0})()
+    strategy.probe([strategy.model.state_dict()], 1)
+    assert (seen["impl"], seen["steps"], seen["lr"], seen["l2"], seen["init_scale"]) == (
+        "loop",
+        7,
+        0.3,
+        0.02,
+        0.4,
+    )
+
+
 def test_the_formulas_compute_in_float64_from_float32_inputs():
     """The probes' logits arrive as float32 tensors; every step returns float64 (the EMA runs for many
     rounds, and ties between clients are decided on these values)."""

@@ -190,6 +190,27 @@ def test_allocation_defaults_are_the_papers_scan():
     assert allocate_sizes([1.0, 1.0, 1.0], SIZES, ACCS) == [32, 32, 32]  # strict would give [16, 24, 32]
 
 
+def test_allocation_equals_the_scan_written_out_again_on_a_grid_of_thresholds():
+    """Every (sorted) triple of thresholds from a grid that includes each candidate's accuracy exactly
+    (the scan takes accuracy <= threshold), against the independent scan of the recomputation test."""
+    grid = [0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0]
+    for i, a in enumerate(grid):
+        for j in range(i, len(grid)):
+            for k in range(j, len(grid)):
+                t = [a, grid[j], grid[k]]
+                for strict in (False, True):
+                    assert allocate_sizes(t, SIZES, ACCS, strict=strict) == _scan_sizes(
+                        t, SIZES, ACCS, strict
+                    ), t
+
+
+def test_allocation_with_exactly_enough_candidates():
+    # 4 candidates for 3 non-top clients + the top one: the strict staircase just fits
+    assert allocate_sizes([1.0, 1.0, 1.0], SIZES[:4], ACCS[:4], strict=True) == [8, 16, 24]
+    with pytest.raises(ConfigError, match="cannot give 4 clients"):
+        allocate_sizes([1.0, 1.0, 1.0], SIZES[:3], ACCS[:3])
+
+
 def test_allocation_needs_enough_candidates():
     with pytest.raises(ConfigError, match="candidate_step"):
         allocate_sizes([0.1, 0.2, 0.3, 0.4, 0.5], SIZES, ACCS)
@@ -198,6 +219,13 @@ def test_allocation_needs_enough_candidates():
 # --------------------------------------------------------------------------------------------------------
 # Aggregation
 # --------------------------------------------------------------------------------------------------------
+def test_masked_average_keeps_integer_entries_in_any_order():
+    """A non-float entry (a step counter) before the float weights: both come back."""
+    g = {"steps": torch.tensor([7]), "w": torch.tensor([1.0, 2.0])}
+    out = masked_average_update(g, [{"steps": torch.tensor([9]), "w": torch.tensor([3.0, 2.0])}])
+    assert out["steps"].tolist() == [7] and out["w"].tolist() == [3.0, 2.0]
+
+
 def test_masked_average_known_answer_and_untouched_entries():
     g = {"w": torch.tensor([0.0, 5.0, 1.0, -2.0]), "steps": torch.tensor([7])}
     a = {"w": torch.tensor([1.0, 5.0, 3.0, -2.0]), "steps": torch.tensor([9])}
