@@ -51,16 +51,24 @@ def machine_line() -> str:
     )
 
 
-def commit(where: Path | None = None) -> str:
-    """The short commit of the checkout at ``where`` (default: this package's), marked when it has
-    uncommitted changes to tracked files; "unknown" outside a git checkout."""
-    cwd = where or Path(__file__).resolve().parent
+PACKAGE = Path(__file__).resolve().parents[1]
+
+
+def commit(where: Path | None = None, paths: tuple[str, ...] = (".",)) -> str:
+    """The short commit of the checkout at ``where`` (default: the fedhet package's own folder), marked when
+    tracked files under ``paths`` (relative to ``where``) have uncommitted changes: by default the package's
+    code only, so that regenerating a committed result page does not mark the next one; "unknown" outside a
+    git checkout."""
+    cwd = where or PACKAGE
     try:
         rev = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=cwd, capture_output=True, text=True)
         if rev.returncode:
             return "unknown"
         dirty = subprocess.run(
-            ["git", "status", "--porcelain", "--untracked-files=no"], cwd=cwd, capture_output=True, text=True
+            ["git", "status", "--porcelain", "--untracked-files=no", "--", *paths],
+            cwd=cwd,
+            capture_output=True,
+            text=True,
         )
     except OSError:
         return "unknown"
