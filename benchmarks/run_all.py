@@ -256,8 +256,10 @@ def fmt(value) -> str:
         if value != 0 and (abs(value) < 1e-3 or abs(value) >= 1e5):
             return f"{value:.2e}"
         return f"{value:.3f}" if abs(value) < 10 else f"{value:.1f}"
-    if isinstance(value, dict | list):
-        return json.dumps(value)
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{k}: {fmt(v)}" for k, v in value.items()) + "}"
+    if isinstance(value, list):
+        return "[" + ", ".join(fmt(v) for v in value) + "]"
     return str(value)
 
 
