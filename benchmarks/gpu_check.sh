@@ -12,16 +12,10 @@
 # this script), DEVICE=auto|cuda|cpu, FEDHET_DATA=a folder holding cifar10-jpg.tar.gz (else the shared copy).
 # Test it on a CPU with:  SCALE=tiny DEVICE=cpu benchmarks/gpu_check.sh /tmp/gpu-check
 set -uo pipefail
-cd "$(dirname "$0")/.."
-OUT=${1:-build/gpu-check}
-mkdir -p "$OUT"
-if [ -z "${PYTHON:-}" ]; then
-  if [ -x .venv/bin/python ]; then PYTHON=.venv/bin/python; else PYTHON=python3; fi
-fi
-export PYTHONPATH="src${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
-SCALE=${SCALE:-full}
+DEFAULT_OUT=build/gpu-check
+# shellcheck source=benchmarks/gpu_env.sh
+source "$(dirname "$0")/gpu_env.sh"
 DEVICE=${DEVICE:-auto}
-failed=0
 
 step() {  # step NAME SECONDS COMMAND...: run with a time limit, log to OUT/NAME.log, show its last lines
   local name=$1 limit=$2

@@ -11,14 +11,10 @@
 # CPU, to test this script), FEDHET_DATA=a folder holding cifar10-jpg.tar.gz (else the shared copy).
 # Test it on a CPU with:  SCALE=tiny benchmarks/gpu_reproduce.sh /tmp/gpu-reproduce
 set -uo pipefail
-cd "$(dirname "$0")/.."
-OUT=${1:-build/gpu-reproduce}
+DEFAULT_OUT=build/gpu-reproduce
+# shellcheck source=benchmarks/gpu_env.sh
+source "$(dirname "$0")/gpu_env.sh"
 mkdir -p "$OUT/results"
-if [ -z "${PYTHON:-}" ]; then
-  if [ -x .venv/bin/python ]; then PYTHON=.venv/bin/python; else PYTHON=python3; fi
-fi
-export PYTHONPATH="src${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
-SCALE=${SCALE:-full}
 if [ "$SCALE" = tiny ]; then
   scale=quick; device=cpu; celm_limit=300; proxy_limit=300
   proxy_cut=(--set model.params.width=8 --set train.batch_size=16 --set method.params.gpt_epochs=2
@@ -27,7 +23,6 @@ else
   scale=full; device=auto; celm_limit=420; proxy_limit=180
   proxy_cut=(--rounds 10)
 fi
-failed=0
 
 reproduce() {  # reproduce LOG LIMIT ARGS...: one `fedhet reproduce` with a time limit
   local log=$1 limit=$2

@@ -88,17 +88,21 @@ def test_the_page_says_what_was_met_missed_failed_and_not_run():
         assert f"`{bench.command}`" in page
 
 
-def test_gpu_check_script_runs_at_tiny_scale_on_the_cpu(tmp_path):
-    env = {**os.environ, "SCALE": "tiny", "DEVICE": "cpu", "PYTHON": sys.executable}
-    env["FEDHET_CACHE"] = str(tmp_path / "cache")
+def run_gpu_script(name: str, tmp_path, timeout: int, **env_vars) -> None:
+    """Run benchmarks/NAME at tiny scale on the CPU (SCALE=tiny, this interpreter, a private cache)."""
+    env = {**os.environ, "SCALE": "tiny", "PYTHON": sys.executable, "FEDHET_CACHE": str(tmp_path / "cache")}
     done = subprocess.run(
-        ["bash", str(ROOT / "benchmarks" / "gpu_check.sh"), str(tmp_path / "out")],
+        ["bash", str(ROOT / "benchmarks" / name), str(tmp_path / "out")],
         capture_output=True,
         text=True,
-        env=env,
-        timeout=400,
+        env={**env, **env_vars},
+        timeout=timeout,
     )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
+
+
+def test_gpu_check_script_runs_at_tiny_scale_on_the_cpu(tmp_path):
+    run_gpu_script("gpu_check.sh", tmp_path, 400, DEVICE="cpu")
     result = json.loads((tmp_path / "out" / "gpu_round.json").read_text())
     assert result["benchmark"] == "gpu_round"
     assert set(result["ratios"]) == {"celm_round_over_bare", "fedavg_round_over_bare"}
@@ -109,15 +113,7 @@ def test_gpu_check_script_runs_at_tiny_scale_on_the_cpu(tmp_path):
 
 
 def test_gpu_reproduce_script_writes_its_result_pages_at_tiny_scale_on_the_cpu(tmp_path):
-    env = {**os.environ, "SCALE": "tiny", "PYTHON": sys.executable, "FEDHET_CACHE": str(tmp_path / "cache")}
-    done = subprocess.run(
-        ["bash", str(ROOT / "benchmarks" / "gpu_reproduce.sh"), str(tmp_path / "out")],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=600,
-    )
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
+    run_gpu_script("gpu_reproduce.sh", tmp_path, 600)
     results = tmp_path / "out" / "results"
     celm = (results / "celm-table1-cifar10.md").read_text()
     row = next(line for line in celm.splitlines() if line.startswith("| CIFAR-10 Dir 0.05 |"))

@@ -42,12 +42,8 @@ def config(method: str, device: str, local_steps: int, **params) -> ExperimentCo
 SYNC_WARNING = "called a synchronizing CUDA operation"
 
 
-def syncs_in_round(method: str, local_steps: int, **params) -> int:
+def round_two_syncs(sim) -> int:
     """Host syncs of round 2 (round 1 pays the one-off CUDA/cuBLAS initialisation)."""
-    sim = make_simulation(config(method, "cuda", local_steps, **params))
-    sim.setup()
-    # Both step counts stay inside one epoch: each epoch copies its CPU-drawn permutation to the device once.
-    assert all(local_steps < len(c.labels) // 32 for c in sim.fed.clients)
     sim.train_round(1)
     torch.cuda.synchronize()
     with warnings.catch_warnings(record=True) as caught:
@@ -58,6 +54,15 @@ def syncs_in_round(method: str, local_steps: int, **params) -> int:
         finally:
             torch.cuda.set_sync_debug_mode("default")
     return sum(SYNC_WARNING in str(w.message) for w in caught)
+
+
+def syncs_in_round(method: str, local_steps: int, **params) -> int:
+    """Host syncs of round 2 of a supervised run with ``local_steps`` steps."""
+    sim = make_simulation(config(method, "cuda", local_steps, **params))
+    sim.setup()
+    # Both step counts stay inside one epoch: each epoch copies its CPU-drawn permutation to the device once.
+    assert all(local_steps < len(c.labels) // 32 for c in sim.fed.clients)
+    return round_two_syncs(sim)
 
 
 @pytest.mark.parametrize(
@@ -86,16 +91,7 @@ def fssl_syncs_in_round(method: str, local_steps: int) -> int:
     cfg.method.params = {"threshold": 0.5, **({"gpt_epochs": 2} if method == "proxyfl" else {})}
     sim = make_simulation(cfg)
     sim.setup()
-    sim.train_round(1)
-    torch.cuda.synchronize()
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        torch.cuda.set_sync_debug_mode("warn")
-        try:
-            sim.train_round(2)
-        finally:
-            torch.cuda.set_sync_debug_mode("default")
-    return sum(SYNC_WARNING in str(w.message) for w in caught)
+    return round_two_syncs(sim)
 
 
 @pytest.mark.parametrize("method", ["fixmatch-gpl", "proxyfl"])
