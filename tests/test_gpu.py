@@ -138,21 +138,27 @@ def test_cuda_run_matches_the_cpu_run():
     assert abs(cpu_acc - gpu_acc) <= 0.01
 
 
-def test_celm_probe_on_the_device_matches_the_cpu():
-    torch.manual_seed(0)
-    model = torch.nn.Sequential(
-        torch.nn.Flatten(), torch.nn.Linear(64, 32), torch.nn.ReLU(), torch.nn.Linear(32, 10)
-    )
+def assert_probe_agrees_on_cpu_and_cuda(model, impl: str) -> None:
+    """Three perturbed copies of ``model`` probed on the CPU and on CUDA with one seed: the same logits."""
     states = [{k: v + 0.01 * i for k, v in model.state_dict().items()} for i in range(3)]
     out = {}
     for device in ("cpu", "cuda"):
         on = [{k: v.to(device) for k, v in s.items()} for s in states]
         gen = torch.Generator().manual_seed(1)
         out[device] = maximize_class_logits(
-            model.to(device), on, (1, 8, 8), 10, steps=20, generator=gen, impl="vmap"
+            model.to(device), on, (1, 8, 8), 10, steps=20, generator=gen, impl=impl
         )
     assert out["cuda"].is_cuda
     assert torch.allclose(out["cpu"], out["cuda"].cpu(), rtol=1e-3, atol=1e-3)
+
+
+def test_celm_probe_on_the_device_matches_the_cpu():
+    """The generic path (vmap over stacked models) on any module."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(
+        torch.nn.Flatten(), torch.nn.Linear(64, 32), torch.nn.ReLU(), torch.nn.Linear(32, 10)
+    )
+    assert_probe_agrees_on_cpu_and_cuda(model, "vmap")
 
 
 def test_celm_closed_form_mlp_probe_on_the_device_matches_the_cpu():
@@ -160,14 +166,4 @@ def test_celm_closed_form_mlp_probe_on_the_device_matches_the_cpu():
     from fedhet.models import build_model
 
     torch.manual_seed(0)
-    model = build_model("mlp", (1, 8, 8), 10)
-    states = [{k: v + 0.01 * i for k, v in model.state_dict().items()} for i in range(3)]
-    out = {}
-    for device in ("cpu", "cuda"):
-        on = [{k: v.to(device) for k, v in s.items()} for s in states]
-        gen = torch.Generator().manual_seed(1)
-        out[device] = maximize_class_logits(
-            model.to(device), on, (1, 8, 8), 10, steps=20, generator=gen, impl="batched"
-        )
-    assert out["cuda"].is_cuda
-    assert torch.allclose(out["cpu"], out["cuda"].cpu(), rtol=1e-3, atol=1e-3)
+    assert_probe_agrees_on_cpu_and_cuda(build_model("mlp", (1, 8, 8), 10), "batched")
