@@ -449,3 +449,66 @@ def test_one_proxyfl_step_counts_classes_and_feeds_icpl_the_global_models_view(m
     expected += torch.bincount(p_u.argmax(1)[mask], minlength=10).double()
     torch.testing.assert_close(u.scratch.class_counts, expected)
     assert bool(mask.any()) and not bool(mask.all())  # the case exercises both branches
+
+
+# -- clients without labels (split param labeled_clients) ------------------------------------------------
+def test_a_client_without_labels_learns_from_pseudo_labels_only(monkeypatch):
+    """Client 0 holds no labels: its batches have no labeled rows, it has no supervised loss, ICPL has no
+    labeled rows, and its class counts are the global pseudo-labels that pass the mask, nothing else."""
+    import fedhet.algorithms.proxyfl as proxyfl_module
+    from support import prepared_update
+
+    cfg = tiny_config(threshold=0.99)  # the stub's confidences on these images: 0.71 to 1.0
+    cfg.data.split_params = {**cfg.data.split_params, "labeled_clients": [1, 3]}
+    sim = make_simulation(cfg)
+    sim.setup()
+    data = sim.fed.clients[0]
+    assert data.num_examples == 0 and data.unlabeled_indices.numel() > 100
+    ins = sim.strategy.configure(1, [0])[0]
+    ins.payload["proxyfl.prior"] = torch.full((10,), 0.1)
+    trainer = sim.trainer
+    u = prepared_update(trainer, sim.work_model, data, ins, sim.cfg.train)
+    u.scratch.teacher = StubTeacher()
+    batch = next(iter(trainer.batches(u)))
+    assert batch.labeled.shape[0] == 0 and batch.weak.shape[0] == 2 * cfg.train.batch_size
+    batch.last_epoch = True
+    seen = {}
+    real = proxyfl_module.icpl_loss
+
+    def capture(embeddings, proxies, probs, confident, candidates, num_labeled):
+        seen.update(probs=probs, num_labeled=num_labeled)
+        return real(embeddings, proxies, probs, confident, candidates, num_labeled)
+
+    monkeypatch.setattr(proxyfl_module, "icpl_loss", capture)
+    trainer.loss(u, batch)
+    p_u = torch.softmax(StubTeacher()(batch.weak), 1)
+    assert seen["num_labeled"] == 0
+    torch.testing.assert_close(seen["probs"], torch.cat([p_u, p_u]))
+    m_local = torch.softmax(sim.work_model.eval()(batch.weak), 1).max(1).values >= 0.99
+    mask = (p_u.max(1).values >= 0.99) | m_local
+    assert bool(mask.any()) and not bool(mask.all())
+    torch.testing.assert_close(
+        u.scratch.class_counts, torch.bincount(p_u.argmax(1)[mask], minlength=10).double()
+    )
+    stats = u.scratch.stats
+    assert "loss_supervised" not in stats and "loss_unlabeled" in stats and "loss_icpl" in stats
+
+
+@pytest.mark.parametrize("method", ["proxyfl", "fixmatch-gpl", "sage", "fedavg-labeled"])
+def test_labels_at_one_client_train_every_fssl_method(tmp_path, method):
+    """With labels at client 2 only, every method runs; the labeled-only baseline gives the clients without
+    labels weight 0 (they have nothing to learn from), the FSSL methods weigh them by their unlabeled data."""
+    cfg = tiny_config(method)
+    cfg.method.params = {} if method == "fedavg-labeled" else {"threshold": 0.5}
+    cfg.data.split_params = {**cfg.data.split_params, "labeled_clients": [2]}
+    cfg.train.clients_per_round = 1.0
+    cfg.train.rounds, cfg.eval.checkpoint_every = 2, 0
+    out = make_simulation(cfg, run_dir=tmp_path / method).run()
+    assert math.isfinite(out["final"]["accuracy"])
+    lines = [json.loads(s) for s in (tmp_path / method / "metrics.jsonl").read_text().splitlines()]
+    for line in lines:
+        weights = line["aggregation_weights"]
+        if method == "fedavg-labeled":
+            assert weights == {"0": 0.0, "1": 0.0, "2": 1.0, "3": 0.0}
+        else:  # n_i = |L_i| + |U_i|: clients without labels still weigh by their unlabeled data
+            assert all(w > 0 for w in weights.values())

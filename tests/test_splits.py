@@ -373,6 +373,44 @@ def test_labeled_unlabeled(cifar_like: np.ndarray) -> None:
         make_partition("labeled-unlabeled", cifar_like, 20, 0, {"labeled_per_class": 5001})
 
 
+@pytest.mark.parametrize("holders", [[3], [0, 7, 12], [19, 2, 5, 11]])
+def test_labeled_unlabeled_with_labels_at_some_clients(cifar_like: np.ndarray, holders: list[int]) -> None:
+    part = make_partition("labeled-unlabeled", cifar_like, 20, 0, {"labeled_clients": holders})
+    sizes = part.sizes()
+    # only the listed clients hold labels, and together they hold the whole budget of 500 per class
+    assert [i for i, n in enumerate(sizes) if n > 0] == sorted(holders)
+    assert part.class_counts(cifar_like, 10).sum(axis=0).tolist() == [500] * 10
+    assert sum(sizes[h] for h in holders) == 5000 and max(sizes) - min(sizes[h] for h in holders) <= 1
+    labeled = np.concatenate(part.clients)
+    for i, (lab, unl) in enumerate(zip(part.clients, part.unlabeled, strict=True)):
+        assert np.array_equal(unl[len(unl) - len(lab) :], lab)
+        if i not in holders:
+            assert len(lab) == 0 and not np.isin(unl, labeled).any()  # unlabeled data only
+    # the unlabeled pool is split over all 20 clients as without the parameter, and every sample is used
+    assert [len(u) - len(c) for u, c in zip(part.unlabeled, part.clients, strict=True)] == [2250] * 20
+    heads = [u[: len(u) - len(c)] for u, c in zip(part.unlabeled, part.clients, strict=True)]
+    every = np.sort(np.concatenate([*heads, labeled]))
+    assert np.array_equal(every, np.arange(50_000))
+    assert part.info["labeled_clients"] == sorted(holders)
+
+
+def test_labeled_clients_listing_every_client_is_the_default_split(cifar_like: np.ndarray) -> None:
+    default = make_partition("labeled-unlabeled", cifar_like, 10, 4, {})
+    every = make_partition("labeled-unlabeled", cifar_like, 10, 4, {"labeled_clients": list(range(10))})
+    for a, b in zip(default.clients + default.unlabeled, every.clients + every.unlabeled, strict=True):
+        assert np.array_equal(a, b)
+    assert "labeled_clients" not in default.info  # earlier runs' partition records are unchanged
+
+
+def test_labeled_clients_errors_name_the_problem(cifar_like: np.ndarray) -> None:
+    with pytest.raises(ConfigError, match=r"labeled_clients \[20\] are not clients.*0\.\.19"):
+        make_partition("labeled-unlabeled", cifar_like, 20, 0, {"labeled_clients": [1, 20]})
+    with pytest.raises(ConfigError, match="repeats a value"):
+        make_partition("labeled-unlabeled", cifar_like, 20, 0, {"labeled_clients": "2,2"})
+    with pytest.raises(ConfigError, match="is empty"):
+        make_partition("labeled-unlabeled", cifar_like, 20, 0, {"labeled_clients": []})
+
+
 # ------------------------------------------------------------------------------------------- validation
 
 

@@ -430,8 +430,10 @@ class FixMatchTrainer(SGDTrainer):
         features = model.features(inputs)
         logits = model.head(features)
         step = SemiSupervisedStep(batch, features, logits, nb, nu)
-        total = F.cross_entropy(logits[:nb], batch.labels) if nb else logits.sum() * 0.0
-        step.losses["loss_supervised"] = total.detach()
+        total = logits.sum() * 0.0
+        if nb:  # a client without labels (split param labeled_clients) has no supervised term, not a zero one
+            total = F.cross_entropy(logits[:nb], batch.labels)
+            step.losses["loss_supervised"] = total.detach()
         if nu:
             step.local_probs = torch.softmax(logits[nb : nb + nu].detach() / s.temperature, dim=1)
             if u.scratch.teacher is not None and s.needs_global_model:

@@ -8,7 +8,6 @@ clients with the reason, which the round loop logs and records like any rejected
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 
 import numpy as np
@@ -25,22 +24,40 @@ MIN_UPDATES_FOR_MEDIAN = 3
 def update_norm(reply: Reply, sent: Instruction | None) -> float:
     """‖w_i − w_sent‖₂ over the floating-point tensors the server sent in full (``sent.weights``); where it
     sent none, or an increment to a model only the client holds (``delta``), ‖w_i‖₂."""
-    reference = {} if sent is None or sent.delta else sent.weights
-    total = 0.0
-    for key, value in reply.weights.items():
-        if not value.is_floating_point():
-            continue
-        base = reference.get(key)
-        diff = value if base is None else value - base.to(value.device, value.dtype)
-        total += float(diff.detach().double().pow(2).sum())
-    return math.sqrt(total)
+    return update_norms({0: reply}, {0: sent} if sent is not None else {})[0]
+
+
+def update_norms(replies: Mapping[int, Reply], sent: Mapping[int, Instruction]) -> dict[int, float]:
+    """:func:`update_norm` of every reply, summed where the weights live and read back once per round (one
+    host sync on a GPU, not one per tensor)."""
+    squares: list[Tensor] = []
+    for cid in sorted(replies):
+        ins = sent.get(cid)
+        reference = {} if ins is None or ins.delta else ins.weights
+        total = torch.zeros((), dtype=torch.float64)
+        for key, value in replies[cid].weights.items():
+            if not value.is_floating_point():
+                continue
+            base = reference.get(key)
+            diff = value if base is None else value - base.to(value.device, value.dtype)
+            total = total.to(value.device) + diff.detach().double().pow(2).sum()
+        squares.append(total)
+    if not squares:
+        return {}
+    device = squares[0].device
+    values = torch.stack([t.to(device) for t in squares]).sqrt().tolist()
+    return dict(zip(sorted(replies), values, strict=True))
 
 
 def guard_updates(
-    replies: Mapping[int, Reply], sent: Mapping[int, Instruction], guards: GuardsConfig
+    replies: Mapping[int, Reply],
+    sent: Mapping[int, Instruction],
+    guards: GuardsConfig,
+    norms: Mapping[int, float] | None = None,
 ) -> dict[int, str]:
     """The replies the guards reject, with the reason: num_examples above ``max_num_examples`` or above
-    ``num_examples_factor`` × the round's median, an update norm above ``update_norm_factor`` × the median."""
+    ``num_examples_factor`` × the round's median, an update norm above ``update_norm_factor`` × the median
+    (``norms``: the replies' :func:`update_norms`, computed here when not given)."""
     rejected: dict[int, str] = {}
     if guards.max_num_examples is not None:
         for cid, reply in replies.items():
@@ -53,8 +70,10 @@ def guard_updates(
         counts = {cid: float(r.num_examples) for cid, r in replies.items()}
         rejected.update(_above_median(counts, guards.num_examples_factor, "num_examples", rejected))
     if guards.update_norm_factor is not None:
-        norms = {cid: update_norm(r, sent.get(cid)) for cid, r in replies.items() if cid not in rejected}
-        rejected.update(_above_median(norms, guards.update_norm_factor, "update norm", rejected))
+        if norms is None:
+            norms = update_norms(replies, sent)
+        kept = {cid: norms[cid] for cid in replies if cid not in rejected}
+        rejected.update(_above_median(kept, guards.update_norm_factor, "update norm", rejected))
     return rejected
 
 

@@ -30,7 +30,7 @@ from fedhet.config import ExperimentConfig, to_toml
 from fedhet.engine import checkpoint as ckpt
 from fedhet.engine.boundary import check_description, check_reply, check_transport
 from fedhet.engine.evaluation import evaluate_model
-from fedhet.engine.guards import guard_updates, model_is_finite
+from fedhet.engine.guards import guard_updates, model_is_finite, update_norms
 from fedhet.engine.protocol import LR_KEY, FederationInfo, Instruction, Reply, Strategy
 from fedhet.engine.rundir import claim_run_dir, write_atomic
 from fedhet.engine.seeds import derived_rng, model_seed
@@ -344,7 +344,9 @@ class RoundLoop:
                 rejected[cid] = str(exc)
                 continue
             replies[cid] = received[cid]
-        guarded = guard_updates(replies, outgoing, cfg.guards)
+        # ‖w_i − w_sent‖ of each well-formed reply: the guards judge by it; the audit reads it (stale)
+        norms = update_norms(replies, outgoing)
+        guarded = guard_updates(replies, outgoing, cfg.guards, norms)
         for cid in guarded:
             del replies[cid]
         rejected.update(guarded)
@@ -374,6 +376,8 @@ class RoundLoop:
             line["failed"] = {str(k): v for k, v in sorted(failures.items())}
         if rolled_back:
             line["rolled_back"] = "the aggregated global model was not finite"
+        if norms:
+            line["update_norms"] = {str(c): v for c, v in norms.items()}
         if losses:
             line["train_loss"] = float(np.average([v for v, _ in losses], weights=[n for _, n in losses]))
         return line

@@ -270,7 +270,12 @@ def _role_of(cid: int, roles: Mapping[str, list[int]]) -> str:
 
 
 def plot_contribution_history(
-    history: Sequence[tuple[int, Sequence[float]]], warmup: int, roles: Mapping[str, list[int]], path: Path
+    history: Sequence[tuple[int, Sequence[float]]],
+    warmup: int,
+    roles: Mapping[str, list[int]],
+    path: Path,
+    title: str = "CELM contribution weights over rounds",
+    ylabel: str = "contribution weight c_i",
 ) -> bool:
     """Contribution weights c_i^t over rounds (warm-up shaded; free riders and mavericks coloured)."""
     if not history:
@@ -289,8 +294,8 @@ def plot_contribution_history(
         ax.plot(rounds, c[:, i], marker="o" if len(rounds) <= 30 else None, ms=3, label=label, **style)
     ax.axhline(1.0 / n, color="k", ls="--", lw=0.8, label="1/N")
     ax.set_xlabel("round")
-    ax.set_ylabel("contribution weight c_i")
-    ax.set_title("CELM contribution weights over rounds")
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
     ax.legend(fontsize=7, ncol=2 if n > 6 else 1, loc="best")
     save_figure(fig, path)
     return True

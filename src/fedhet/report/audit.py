@@ -1,0 +1,407 @@
+"""The contribution audit (``fedhet audit RUN_DIR...``): who contributed what, and why the tool says so.
+
+It reads what a run recorded and the server could know: the contribution weights (or rewards) per round,
+the self-described sample counts, CELM's per-class evidence, the update norms ‖w_i − w_sent‖ and the
+rejected or failed updates. It never reads the split's ground truth (``partition.json``): that is kept
+for :func:`ground_truth`, which validates the flags (tools/audit_validation.py, docs/audit.md).
+
+The flags, each with the numbers behind it (thresholds in :class:`AuditSettings`):
+
+- **free-rider suspect**: a final weight below ``low_weight`` × 1/N (0.75: a quarter under an equal
+  share), and either evidence on few classes
+  (class shares ≥ 1/(2N) on fewer than half the classes, CELM) or evidence that barely moved over the
+  warm-up rounds (relative change below ``flat_change`` × the clients' median, CELM), or, for a method
+  without class-wise evidence, a weight below ``low_weight`` × 1/N in at least ``persistent`` of the rounds;
+- **maverick**: the client holds at least ``dominant_share`` of the de-biased evidence of a class (CELM;
+  "sole" from ``sole_share``);
+- **rejected updates** / **failed rounds**: the rounds the server refused the client's update or got none,
+  with the first reason;
+- **stale uploads**: rounds in which the client's update norm was below ``stale_ratio`` × the round's median
+  (a client that sends back what it was sent, or barely trains).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import tomllib
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from fedhet.errors import ConfigError
+from fedhet.report import figures as F
+from fedhet.report.markdown import find_runs
+
+FLAGS = ("free-rider suspect", "maverick", "rejected updates", "failed rounds", "stale uploads")
+
+
+@dataclass(frozen=True)
+class AuditSettings:
+    """The flags' thresholds (module docstring); chosen once, validated in docs/audit.md, not per run."""
+
+    low_weight: float = 0.75
+    flat_change: float = 0.25
+    persistent: float = 0.8
+    dominant_share: float = 0.5
+    sole_share: float = 0.9
+    stale_ratio: float = 0.01
+
+
+@dataclass
+class Flag:
+    """One flag on one client, with the evidence behind it in words."""
+
+    client: int
+    kind: str
+    evidence: str
+
+
+@dataclass
+class Audit:
+    """What the audit found in one run directory."""
+
+    run_dir: Path
+    method: str
+    seed: int
+    weights: np.ndarray  # (N,) final weight per client
+    weight_source: str  # "contribution" or "reward"
+    history: list[tuple[int, list[float]]]  # (round, weights) for every recorded round
+    sample_share: np.ndarray | None  # (N,) self-described sample counts / total
+    class_shares: np.ndarray | None  # (N, K) share of each class's de-biased evidence (CELM, last warm-up)
+    evidence_rounds: list[dict[str, Any]] = field(default_factory=list)
+    flags: list[Flag] = field(default_factory=list)
+
+    @property
+    def num_clients(self) -> int:
+        return int(self.weights.size)
+
+    def ranks(self) -> np.ndarray:
+        """1 = the largest weight (ties share the better rank)."""
+        return np.array([1 + int(np.sum(self.weights > w)) for w in self.weights])
+
+    def flagged(self, kind: str) -> list[int]:
+        return sorted({f.client for f in self.flags if f.kind == kind})
+
+
+# --------------------------------------------------------------------------------------------------------
+# Reading a run
+# --------------------------------------------------------------------------------------------------------
+def _lines(run_dir: Path) -> list[dict[str, Any]]:
+    path = run_dir / "metrics.jsonl"
+    return [json.loads(s) for s in path.read_text().splitlines() if s.strip()] if path.is_file() else []
+
+
+def _floats(values: Sequence[Any]) -> np.ndarray:
+    return np.array([math.nan if v is None else float(v) for v in values], dtype=np.float64)
+
+
+def _class_shares(debiased: np.ndarray) -> np.ndarray:
+    """Each client's share of each class's de-biased evidence q_ik / Σ_j q_jk (0 where a class has none)."""
+    q = np.nan_to_num(np.asarray(debiased, dtype=np.float64), nan=0.0).clip(min=0.0)
+    totals = q.sum(axis=0, keepdims=True)
+    return np.divide(q, totals, out=np.zeros_like(q), where=totals > 0)
+
+
+def load_audit(run_dir: Path, settings: AuditSettings | None = None) -> Audit:
+    """Read one run directory and flag its clients (:func:`flag_clients`)."""
+    summary_path = run_dir / "summary.json"
+    if not summary_path.is_file():
+        raise ConfigError(f"{run_dir} holds no summary.json; audit finished runs of `fedhet run`/`compare`")
+    summary = json.loads(summary_path.read_text())
+    lines = _lines(run_dir)
+    history = [(int(ln["round"]), ln["contributions"]) for ln in lines if ln.get("contributions")]
+    if summary.get("contributions"):
+        weights, source = _floats(summary["contributions"]), "contribution"
+    elif summary.get("rewards"):
+        weights, source = _floats(summary["rewards"]), "reward"
+        history = [(int(ln["round"]), ln["rewards"]) for ln in lines if ln.get("rewards")]
+    else:
+        raise ConfigError(
+            f"{run_dir} ({summary.get('method')}) records no contributions or rewards; the audit reads runs "
+            "of methods that estimate them (celm, cgsv, shapfed, cffl, iafl, fedrac, fedsac)"
+        )
+    sizes = summary.get("client_sizes")
+    share = None
+    if sizes and len(sizes) == weights.size and sum(sizes) > 0:
+        share = np.asarray(sizes, dtype=np.float64) / float(sum(sizes))
+    records_path = run_dir / "records.json"
+    records = json.loads(records_path.read_text()) if records_path.is_file() else {}
+    evidence = records.get("celm", {}).get("evidence", [])
+    class_shares = _class_shares(_floats_2d(evidence[-1]["debiased"])) if evidence else None
+    audit = Audit(
+        run_dir=run_dir,
+        method=str(summary.get("method")),
+        seed=int(summary.get("seed", 0)),
+        weights=weights,
+        weight_source=source,
+        history=[(r, list(_floats(w))) for r, w in history],
+        sample_share=share,
+        class_shares=class_shares,
+        evidence_rounds=evidence,
+    )
+    audit.flags = flag_clients(audit, lines, settings or AuditSettings())
+    return audit
+
+
+def _floats_2d(rows: Sequence[Sequence[Any]]) -> np.ndarray:
+    return np.array([_floats(r) for r in rows], dtype=np.float64)
+
+
+# --------------------------------------------------------------------------------------------------------
+# The flags
+# --------------------------------------------------------------------------------------------------------
+def evidence_change(evidence: Sequence[dict[str, Any]]) -> np.ndarray | None:
+    """Per client, ‖q̃_i(last) − q̃_i(first)‖ / ‖q̃_i(first)‖ over the recorded warm-up rounds (None for
+    fewer than two rounds): how much its model's class evidence moved while it trained."""
+    if len(evidence) < 2:
+        return None
+    first, last = _floats_2d(evidence[0]["raw"]), _floats_2d(evidence[-1]["raw"])
+    first, last = np.nan_to_num(first), np.nan_to_num(last)
+    scale = np.linalg.norm(first, axis=1)
+    return np.linalg.norm(last - first, axis=1) / np.where(scale > 0, scale, 1.0)
+
+
+def flag_clients(audit: Audit, lines: Sequence[dict[str, Any]], s: AuditSettings) -> list[Flag]:
+    """Every flag of the module docstring, in client order within each kind."""
+    n = audit.num_clients
+    uniform = 1.0 / n
+    flags: list[Flag] = []
+    w = audit.weights
+    if audit.weight_source == "contribution":
+        flags += _free_rider_flags(audit, s, uniform)
+    shares = audit.class_shares
+    if shares is not None:
+        for i in range(n):
+            held = [
+                (k, float(shares[i, k])) for k in range(shares.shape[1]) if shares[i, k] >= s.dominant_share
+            ]
+            if held:
+                text = ", ".join(
+                    f"class {k}: {'sole' if v >= s.sole_share else 'dominant'} holder "
+                    f"({100 * v:.0f} % of its "
+                    f"evidence)"
+                    for k, v in held
+                )
+                flags.append(Flag(i, "maverick", text + f"; weight {w[i]:.3f} = {w[i] / uniform:.2f} × 1/N"))
+    for key, kind in (("rejected", "rejected updates"), ("failed", "failed rounds")):
+        events: dict[int, list[tuple[int, str]]] = {}
+        for ln in lines:
+            for cid, reason in (ln.get(key) or {}).items():
+                events.setdefault(int(cid), []).append((int(ln["round"]), str(reason)))
+        for cid in sorted(events):
+            rounds = [r for r, _ in events[cid]]
+            first_round, reason = events[cid][0]
+            flags.append(
+                Flag(
+                    cid,
+                    kind,
+                    f"{len(rounds)} round(s) ({_round_list(rounds)}); round {first_round}: {reason}",
+                )
+            )
+    stale: dict[int, list[tuple[int, float, float]]] = {}
+    for ln in lines:
+        norms = {int(c): float(v) for c, v in (ln.get("update_norms") or {}).items()}
+        if len(norms) < 3:  # the median of fewer says nothing
+            continue
+        median = float(np.median(list(norms.values())))
+        for cid, v in norms.items():
+            if median > 0 and v < s.stale_ratio * median:
+                stale.setdefault(cid, []).append((int(ln["round"]), v, median))
+    for cid in sorted(stale):
+        r, v, median = stale[cid][0]
+        rounds = [x[0] for x in stale[cid]]
+        flags.append(
+            Flag(
+                cid,
+                "stale uploads",
+                f"{len(rounds)} round(s) ({_round_list(rounds)}) with an update norm below "
+                f"{s.stale_ratio:g} × "
+                f"the round's median; round {r}: {v:.3g} vs {median:.3g}",
+            )
+        )
+    return flags
+
+
+def _free_rider_flags(audit: Audit, s: AuditSettings, uniform: float) -> list[Flag]:
+    w, shares = audit.weights, audit.class_shares
+    change = evidence_change(audit.evidence_rounds)
+    flags = []
+    for i in range(audit.num_clients):
+        if not (w[i] < s.low_weight * uniform):
+            continue
+        reasons = []
+        if shares is not None:
+            covered = int(np.sum(shares[i] >= 0.5 * uniform))
+            if covered < shares.shape[1] / 2:
+                reasons.append(f"evidence on {covered} of {shares.shape[1]} classes (share ≥ 1/(2N))")
+        if change is not None:
+            median = float(np.median(change))
+            if median > 0 and change[i] < s.flat_change * median:
+                reasons.append(
+                    f"evidence moved {change[i]:.3f} over the warm-up against the clients' median "
+                    f"{median:.3f}"
+                )
+        if shares is None and audit.history:
+            low = sum(1 for _, h in audit.history if h[i] < s.low_weight * uniform)
+            if low >= s.persistent * len(audit.history):
+                reasons.append(f"below {s.low_weight:g} × 1/N in {low} of {len(audit.history)} rounds")
+        if reasons:
+            flags.append(
+                Flag(
+                    i,
+                    "free-rider suspect",
+                    f"weight {w[i]:.3f} = {w[i] / uniform:.2f} × 1/N; " + "; ".join(reasons),
+                )
+            )
+    return flags
+
+
+def _round_list(rounds: list[int], shown: int = 6) -> str:
+    text = ", ".join(str(r) for r in rounds[:shown])
+    return text + (f", … {rounds[-1]}" if len(rounds) > shown else "")
+
+
+# --------------------------------------------------------------------------------------------------------
+# Ground truth (validation only: what the split and the injected faults know)
+# --------------------------------------------------------------------------------------------------------
+def ground_truth(run_dir: Path, s: AuditSettings | None = None) -> dict[str, list[int]]:
+    """The clients each flag should name, from the simulation's own records: the split's free rider, the
+    holders of ≥ ``dominant_share`` of a class's samples (partition.json), the injected faults ([faults])."""
+    s = s or AuditSettings()
+    truth: dict[str, list[int]] = {kind: [] for kind in FLAGS}
+    part = json.loads((run_dir / "partition.json").read_text())
+    info = part.get("info", {})
+    if info.get("free_rider") is not None:
+        truth["free-rider suspect"] = [int(info["free_rider"])]
+    counts = np.asarray(part["counts"], dtype=np.float64)
+    totals = counts.sum(axis=0)
+    dominant = (counts >= s.dominant_share * np.where(totals > 0, totals, np.inf)).any(axis=1)
+    truth["maverick"] = [int(i) for i in np.flatnonzero(dominant)]
+    config = tomllib.loads((run_dir / "config.toml").read_text())
+    guards = config.get("guards", {})
+    refused = {"nan"}  # non-finite updates are always refused; the others only by the guards that catch them
+    if guards.get("update_norm_factor") is not None:
+        refused |= {"noise", "scale"}
+    if guards.get("num_examples_factor") is not None or guards.get("max_num_examples") is not None:
+        refused.add("lie-num-examples")
+    for cid, behaviour in config.get("faults", {}).get("clients", {}).items():
+        if behaviour in refused:
+            truth["rejected updates"].append(int(cid))
+        kind = {"stale": "stale uploads", "crash": "failed rounds", "drop": "failed rounds"}.get(behaviour)
+        if kind:
+            truth[kind].append(int(cid))
+    return truth
+
+
+# --------------------------------------------------------------------------------------------------------
+# The report
+# --------------------------------------------------------------------------------------------------------
+def audit_markdown(audits: Sequence[Audit], fig_dir: Path, rel: str) -> str:
+    """The audit page: per run, the client table, the flags with their evidence, and three figures."""
+    parts = [
+        "# Contribution audit",
+        "",
+        "Read from what each run recorded and the server could know (weights, self-described sample counts, "
+        "CELM's class evidence, update norms, rejected updates); the split's ground truth is not used. "
+        "Flags and thresholds: `fedhet audit --help`, docs/audit.md.",
+        "",
+    ]
+    for index, a in enumerate(audits):
+        name = f"{a.method}, seed {a.seed}"
+        slug = f"{index:02d}-{a.method}-seed{a.seed}"
+        parts += [f"## {name}", "", f"Run directory: `{a.run_dir}`", ""]
+        header = ["client", a.weight_source, "rank"]
+        if a.sample_share is not None:
+            header += ["sample share", "weight / sample share"]
+        if a.class_shares is not None:
+            header += ["classes with evidence", "largest class share"]
+        header.append("flags")
+        parts += ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+        ranks = a.ranks()
+        for i in range(a.num_clients):
+            row = [str(i), f"{a.weights[i]:.4f}", str(ranks[i])]
+            if a.sample_share is not None:
+                ratio = a.weights[i] / a.sample_share[i] if a.sample_share[i] > 0 else math.inf
+                row += [f"{a.sample_share[i]:.4f}", f"{ratio:.2f}"]
+            if a.class_shares is not None:
+                sh = a.class_shares[i]
+                covered = int(np.sum(sh >= 0.5 / a.num_clients))
+                k = int(np.argmax(sh))
+                row += [f"{covered} / {sh.size}", f"{100 * sh[k]:.0f} % (class {k})"]
+            row.append(", ".join(sorted({f.kind for f in a.flags if f.client == i})) or "—")
+            parts.append("| " + " | ".join(row) + " |")
+        parts += ["", "Flags:", ""]
+        parts += [f"- client {f.client}, **{f.kind}**: {f.evidence}" for f in a.flags] or ["- none"]
+        parts.append("")
+        for caption, drawn in _audit_figures(a, fig_dir, slug):
+            if drawn:
+                parts += [f"![{caption}]({rel}/{drawn.name})", ""]
+    return "\n".join(parts) + "\n"
+
+
+def _audit_figures(a: Audit, fig_dir: Path, slug: str) -> list[tuple[str, Path | None]]:
+    flagged = {kind: a.flagged(kind) for kind in FLAGS}
+    roles = {"free_rider": flagged["free-rider suspect"], "maverick": flagged["maverick"]}
+    out: list[tuple[str, Path | None]] = []
+    path = fig_dir / f"{slug}-weights.png"
+    title = f"{a.method}: {a.weight_source}s over rounds (flags coloured)"
+    drawn = F.plot_contribution_history(a.history, 0, roles, path, title=title, ylabel=a.weight_source)
+    out.append(("weights over rounds", path if drawn else None))
+    if a.evidence_rounds:
+        path = fig_dir / f"{slug}-evidence.png"
+        out.append(
+            (
+                "evidence heatmap",
+                path if F.plot_evidence_heatmap(a.evidence_rounds[-1], roles, path) else None,
+            )
+        )
+    if a.sample_share is not None:
+        path = fig_dir / f"{slug}-share.png"
+        out.append(("weight against sample share", path if plot_weight_vs_share(a, roles, path) else None))
+    return out
+
+
+def plot_weight_vs_share(a: Audit, roles: dict[str, list[int]], path: Path) -> bool:
+    """Each client's final weight against its self-described sample share, with the line weight = share."""
+    fig = F.new_figure(5.0, 4.0)
+    ax = fig.add_subplot(1, 1, 1)
+    top = float(max(np.nanmax(a.weights), np.nanmax(a.sample_share))) * 1.1
+    ax.plot([0, top], [0, top], color="0.6", ls="--", lw=0.8, label="weight = sample share")
+    for i in range(a.num_clients):
+        role = "free_rider" if i in roles["free_rider"] else "maverick" if i in roles["maverick"] else "other"
+        ax.scatter(a.sample_share[i], a.weights[i], color=F.ROLE_COLORS[role], s=30)
+        ax.annotate(
+            str(i), (a.sample_share[i], a.weights[i]), fontsize=7, xytext=(3, 3), textcoords="offset points"
+        )
+    ax.set_xlabel("sample share (self-described)")
+    ax.set_ylabel(f"final {a.weight_source}")
+    ax.set_title(f"{a.method}: weight against sample share (red: free-rider suspect, flagged)", fontsize=8)
+    ax.legend(fontsize=7)
+    F.save_figure(fig, path)
+    return True
+
+
+def write_audit(
+    paths: Sequence[Path], out: Path, settings: AuditSettings | None = None
+) -> tuple[Path, list[Audit]]:
+    """Audit every run under ``paths``; write ``out`` (Markdown) with its figures beside it."""
+    runs = find_runs(list(paths))
+    audits = []
+    skipped = []
+    for run in runs:
+        try:
+            audits.append(load_audit(run, settings))
+        except ConfigError as exc:
+            skipped.append(f"- `{run}`: {exc}")
+    if not audits:
+        raise ConfigError("nothing to audit:\n" + "\n".join(skipped))
+    fig_dir = out.parent / f"{out.stem}_figures"
+    text = audit_markdown(audits, fig_dir, fig_dir.name)
+    if skipped:
+        text += "\n## Runs not audited\n\n" + "\n".join(skipped) + "\n"
+    out.write_text(text)
+    return out, audits

@@ -1,0 +1,149 @@
+"""The contribution audit (``fedhet audit``): flags computed by hand on a synthetic run, and a tiny real run
+through the CLI (a maverick split with a stale client)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from fedhet.cli import main as cli_main
+from fedhet.report.audit import Audit, AuditSettings, evidence_change, flag_clients, ground_truth, load_audit
+
+torch.set_num_threads(1)
+
+
+@pytest.fixture(autouse=True)
+def _tmp_cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("FEDHET_CACHE", str(tmp_path / "cache"))
+
+
+def synthetic_audit() -> tuple[Audit, list[dict]]:
+    """Four clients, four classes. By construction: client 0 has a low weight and evidence on one class
+    (a free-rider suspect); client 1 holds 60 % of class 2's evidence (a maverick, 'dominant'); client 3's
+    updates vanish in rounds 2 and 3 (stale); client 2 was rejected in round 1 and failed in round 3."""
+    debiased = [
+        [1.0, 0.0, 0.0, 0.0],  # client 0: one class
+        [1.0, 2.0, 6.0, 2.0],  # client 1: 6 / (6 + 2 + 2) = 60 % of class 2
+        [1.0, 4.0, 2.0, 4.0],
+        [1.0, 4.0, 2.0, 4.0],
+    ]
+    raw = [[v + 1.0 for v in row] for row in debiased]
+    evidence = [
+        {"round": 1, "raw": raw, "debiased": debiased},
+        {"round": 2, "raw": raw, "debiased": debiased},
+    ]
+    shares = np.array(debiased) / np.array(debiased).sum(axis=0)
+    audit = Audit(
+        run_dir=Path("synthetic"),
+        method="celm",
+        seed=0,
+        weights=np.array([0.1, 0.3, 0.3, 0.3]),
+        weight_source="contribution",
+        history=[(1, [0.1, 0.3, 0.3, 0.3])],
+        sample_share=np.full(4, 0.25),
+        class_shares=shares,
+        evidence_rounds=evidence,
+    )
+    lines = [
+        {"round": 1, "rejected": {"2": "update norm 9 exceeds 10 × the round's median"},
+         "update_norms": {"0": 1.0, "1": 1.2, "2": 90.0, "3": 0.9}},
+        {"round": 2, "update_norms": {"0": 1.0, "1": 1.1, "2": 1.0, "3": 0.0}},
+        {"round": 3, "failed": {"2": "crash"}, "update_norms": {"0": 1.0, "1": 1.0, "3": 0.005}},
+    ]  # fmt: skip
+    return audit, lines
+
+
+def test_flags_on_a_hand_built_run():
+    audit, lines = synthetic_audit()
+    flags = flag_clients(audit, lines, AuditSettings())
+    # By hand: class shares (column sums 4, 10, 10, 10): client 0 = [0.25, 0, 0, 0], client 1 = [0.25, 0.2,
+    # 0.6, 0.2]. Client 0: 0.1 < 0.75 × 1/4 and one class with share >= 1/(2N) = 0.125 (1 < 4/2). Client 1:
+    # 0.6 >= 0.5 on class 2. Stale: round 2 median 1.0, client 3 sends 0.0; round 3 median 1.0, 0.005 < 0.01;
+    # round 1 median 1.1, nobody below 0.011. Evidence did not move for anyone: median change 0, no flatness.
+    assert [(f.client, f.kind, f.evidence) for f in flags] == [
+        (0, "free-rider suspect", "weight 0.100 = 0.40 × 1/N; evidence on 1 of 4 classes (share ≥ 1/(2N))"),
+        (1, "maverick", "class 2: dominant holder (60 % of its evidence); weight 0.300 = 1.20 × 1/N"),
+        (2, "rejected updates", "1 round(s) (1); round 1: update norm 9 exceeds 10 × the round's median"),
+        (2, "failed rounds", "1 round(s) (3); round 3: crash"),
+        (3, "stale uploads", "2 round(s) (2, 3) with an update norm below 0.01 × the round's median; "
+         "round 2: 0 vs 1"),
+    ]  # fmt: skip
+
+
+def test_flat_evidence_and_persistent_low_weight_make_free_rider_suspects():
+    audit, _ = synthetic_audit()
+    # every client covers every class; client 0's evidence moves 0.05 while the others' move 1.0 (median 1.0)
+    audit.class_shares = np.full((4, 4), 0.25)
+    first = [[10.0, 0.0], [1.0, 0.0], [1.0, 0.0], [1.0, 0.0]]
+    last = [[10.0, 0.5], [1.0, 1.0], [1.0, 1.0], [1.0, 1.0]]
+    audit.evidence_rounds = [{"raw": first}, {"raw": last}]
+    flags = flag_clients(audit, [], AuditSettings())
+    assert [(f.client, f.kind) for f in flags] == [(0, "free-rider suspect")]
+    assert "evidence moved 0.050 over the warm-up against the clients' median 1.000" in flags[0].evidence
+    assert flag_clients(audit, [], AuditSettings(flat_change=0.04)) == []  # 0.05 is not below 0.04 × 1.0
+    # a method without class evidence: low in >= 80 % of its rounds (4 of 5 here), not in 3 of 5
+    audit.class_shares, audit.evidence_rounds = None, []
+    audit.history = [(r, [0.1 if r <= 4 else 0.3, 0.3, 0.3, 0.3]) for r in range(1, 6)]
+    flags = flag_clients(audit, [], AuditSettings())
+    assert [(f.client, f.evidence.split("; ")[1]) for f in flags] == [
+        (0, "below 0.75 × 1/N in 4 of 5 rounds")
+    ]
+    audit.history = [(r, [0.1 if r <= 3 else 0.3, 0.3, 0.3, 0.3]) for r in range(1, 6)]
+    assert flag_clients(audit, [], AuditSettings()) == []
+
+
+def test_evidence_change_is_relative_to_the_first_round():
+    first = [[3.0, 4.0], [1.0, 0.0]]
+    last = [[3.0, 4.0], [1.0, 1.0]]
+    change = evidence_change([{"raw": first}, {"raw": [[0, 0], [0, 0]]}, {"raw": last}])
+    np.testing.assert_allclose(change, [0.0, 1.0])  # ‖0‖/5 and ‖(0, 1)‖/1
+    assert evidence_change([{"raw": first}]) is None
+
+
+def test_audit_of_a_real_run_names_the_stale_client_and_writes_its_report(tmp_path, capsys):
+    """A 4-round CELM run on the maverick split in which client 3 sends back what it was sent (faults). One
+    warm-up round (T_w = 1): in later warm-up rounds the server sends no head, so every update norm holds the
+    client's own head (engine.guards.update_norm) and a stale one is not 0."""
+    run = tmp_path / "celm"
+    args = ["run", "celm/fmnist-maverick", "--rounds", "4", "--out", str(run)]
+    for s in ("data.max_train_samples=3000", "data.max_test_samples=500", "faults.clients.3=stale",
+              "method.params.warmup_fraction=0.25", "eval.every=2"):  # fmt: skip
+        args += ["--set", s]
+    assert cli_main(args) == 0
+    lines = [json.loads(s) for s in (run / "metrics.jsonl").read_text().splitlines()]
+    assert all(ln["update_norms"]["3"] == 0.0 and ln["update_norms"]["0"] > 0 for ln in lines)
+    truth = ground_truth(run)
+    assert truth["stale uploads"] == [3] and 0 in truth["maverick"]  # the rare class's sole holder
+    audit = load_audit(run)
+    assert audit.flagged("stale uploads") == [3]
+    assert audit.class_shares.shape == (10, 10) and audit.num_clients == 10
+    out = tmp_path / "report" / "audit.md"
+    assert cli_main(["audit", str(run), "--out", str(out), "--html"]) == 0
+    text = out.read_text()
+    assert text.count("\n| ") == 1 + 10  # header + one row per client (the separator starts with |-)
+    assert "**stale uploads**: 4 round(s) (1, 2, 3, 4)" in text
+    for fig in ("weights", "evidence", "share"):
+        assert (out.parent / "audit_figures" / f"00-celm-seed0-{fig}.png").stat().st_size > 1000
+    html = out.with_suffix(".html").read_text()
+    assert html.count("<img") == 3 and "data:image/png;base64," in html
+    assert "stale uploads [3]" in capsys.readouterr().out
+
+
+def test_audit_refuses_runs_without_contributions_and_says_which(tmp_path, capsys):
+    run = tmp_path / "fedavg"
+    assert cli_main(["run", "robustness/fmnist-n10", "--rounds", "1", "--out", str(run),
+                     "--set", "data.max_train_samples=1000", "--set", "data.max_test_samples=200",
+                     "--set", "eval.rewards=false", "--set", "eval.fairness=false"]) == 0  # fmt: skip
+    capsys.readouterr()
+    assert cli_main(["audit", str(run), "--out", str(tmp_path / "a.md")]) == 2
+    err = capsys.readouterr().err
+    assert "nothing to audit" in err and f"{run}" in err and "records no contributions or rewards" in err
+    assert not (tmp_path / "a.md").exists()
+    from fedhet.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="records no contributions or rewards; the audit reads runs of"):
+        load_audit(run)
