@@ -193,14 +193,15 @@ BENCHES = (
         " rounds; host syncs per round; one ProxyFL ResNet-8 client round "
         "(configs/proxyfl/cifar10-alpha0.1.toml). A local step makes no host sync: tests/test_gpu.py counts"
         " them with `torch.cuda.set_sync_debug_mode` and checks that a round's count does not grow with its"
-        " steps, for FedAvg, FedProx, FedRS, FixMatch-GPL and ProxyFL. The training loss and the FSSL "
-        "statistics are summed on the device, ProxyFL's class counts use `index_add_`, and what the CPU "
+        " steps, for FedAvg, FedProx, FedRS, FixMatch-GPL, ProxyFL and FedProto. The training loss and the "
+        "FSSL statistics are summed on the device, ProxyFL's class counts use `index_add_`, and what the CPU "
         "generators draw (batch permutations, augmentation parameters, so that a seed gives the same "
         "batches and views on every device) is copied through pinned memory without a sync "
         "(src/fedhet/engine/transfer.py); evaluation runs batched under `torch.inference_mode`; data and "
         "models stay on the device; CELM's probes and FedRAC's candidates run batched on the model's "
-        "device. Not yet removed: FedProto's prototype term selects samples by boolean masks and copies its"
-        " sums to the host every last-epoch step.",
+        "device; FedProto's prototype term weights its samples instead of selecting them by boolean masks "
+        "and keeps its sums on the device until the reply; the vectorized engine maps its CPU-drawn batch "
+        "positions to indices on the device. None of this has run on a GPU yet.",
         cuda_only=True,
     ),
 )

@@ -40,6 +40,10 @@ def test_prototype_loss_skips_classes_without_a_prototype():
     present = torch.tensor([True, False])
     assert float(prototype_loss(feats, torch.tensor([0, 1]), protos, present)) == pytest.approx(1.0)
     assert float(prototype_loss(feats, torch.tensor([1, 1]), protos, present)) == 0.0
+    # weights leave samples out: (1² + 1²)/2 for the first alone; 0 when the only kept one has no prototype
+    weights = torch.tensor([1.0, 0.0])
+    assert float(prototype_loss(feats, torch.tensor([0, 0]), protos, present, weights)) == pytest.approx(1.0)
+    assert float(prototype_loss(feats, torch.tensor([1, 0]), protos, present, weights)) == 0.0
 
 
 def test_prototype_members_follow_the_variant():
@@ -49,12 +53,14 @@ def test_prototype_members_follow_the_variant():
     features = torch.arange(8, dtype=torch.float32).reshape(8, 1)  # rows: x0 x1 | w0 w1 w2 | s0 s1 s2
     pseudo = PseudoTargets(torch.zeros(3, 2), torch.tensor([1.0, 0.0, 1.0]), torch.tensor([1, 0, 0]))
     step = SemiSupervisedStep(batch, features, torch.zeros(8, 2), 2, 3, pseudo=pseudo)
-    f, y = prototype_members(step, "confident")
-    assert f.flatten().tolist() == [0.0, 1.0, 2.0, 4.0] and y.tolist() == [0, 1, 1, 0]
-    f, y = prototype_members(step, "all")
+    f, y, w = prototype_members(step, "confident")
     assert f.flatten().tolist() == [0.0, 1.0, 2.0, 3.0, 4.0] and y.tolist() == [0, 1, 1, 0, 0]
-    f, y = prototype_members(step, "labeled")
-    assert f.flatten().tolist() == [0.0, 1.0] and y.tolist() == [0, 1]
+    assert w.tolist() == [1.0, 1.0, 1.0, 0.0, 1.0]  # w1 is not confident
+    f, y, w = prototype_members(step, "all")
+    assert f.flatten().tolist() == [0.0, 1.0, 2.0, 3.0, 4.0] and y.tolist() == [0, 1, 1, 0, 0]
+    assert w.tolist() == [1.0] * 5
+    f, y, w = prototype_members(step, "labeled")
+    assert f.flatten().tolist() == [0.0, 1.0] and y.tolist() == [0, 1] and w.tolist() == [1.0, 1.0]
 
 
 def test_invalid_options():

@@ -94,7 +94,7 @@ def fssl_syncs_in_round(method: str, local_steps: int) -> int:
     return round_two_syncs(sim)
 
 
-@pytest.mark.parametrize("method", ["fixmatch-gpl", "proxyfl"])
+@pytest.mark.parametrize("method", ["fixmatch-gpl", "proxyfl", "fedproto-fssl"])
 def test_semi_supervised_steps_make_no_host_sync(method):
     """Augmentation parameters and batch permutations are drawn on the CPU generators and copied to the
     device through pinned memory without a sync (fedhet.engine.transfer), so a step does not sync."""

@@ -71,6 +71,18 @@ def test_indecisive_sets_match_hand_computed_ones():
         candidate_class_sets(probs, prior, "top1")
 
 
+def test_candidate_sets_default_to_the_prior_rule_and_top_5_and_are_boolean():
+    gen = torch.Generator().manual_seed(0)
+    probs = torch.softmax(torch.randn(6, 10, generator=gen), dim=1)
+    prior = torch.full((10,), 0.1)
+    assert torch.equal(candidate_class_sets(probs, prior), indecisive_sets(probs, prior))  # rule "prior"
+    top = candidate_class_sets(probs, prior, "top-k")
+    assert top.dtype == torch.bool and top.sum(dim=1).tolist() == [5] * 6  # k = 5 by default
+    ranks = probs.argsort(dim=1, descending=True)
+    for row, order in zip(top, ranks, strict=True):
+        assert set(row.nonzero().flatten().tolist()) == set(order[:5].tolist())
+
+
 # -- ICPL --------------------------------------------------------------------------------------------------
 def reference_icpl(z, proxies, probs, confident, candidates, num_labeled):
     """Loop-by-loop restatement of methods.md §2.5 (independent of the vectorised implementation)."""

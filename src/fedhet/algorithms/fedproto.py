@@ -23,7 +23,6 @@ from collections.abc import Mapping
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor
 
 from fedhet.algorithms.fixmatch import FixMatchGPL, FixMatchTrainer, SemiSupervisedStep
@@ -40,27 +39,32 @@ PROTOTYPES_KEY = "fedproto.prototypes"
 PRESENT_KEY = "fedproto.present"
 
 
-def prototype_members(step: SemiSupervisedStep, samples: str) -> tuple[Tensor, Tensor]:
-    """Features (n, D) and classes (n,) of the samples that join the prototype term: labeled rows with
-    their labels, and (unless ``samples="labeled"``) weak unlabeled rows with their pseudo-labels."""
+def prototype_members(step: SemiSupervisedStep, samples: str) -> tuple[Tensor, Tensor, Tensor]:
+    """Features (n, D), classes (n,) and 0/1 weights (n,) of the samples that join the prototype term:
+    labeled rows with their labels, and (unless ``samples="labeled"``) weak unlabeled rows with their
+    pseudo-labels, weighted by the mask for ``"confident"``. Weights, not a selection: a boolean index has a
+    data-dependent shape, which would wait for the device every step."""
     nb, nu = step.num_labeled, step.num_unlabeled
     feats, labels = [step.features[:nb]], [step.batch.labels]
+    weights = [torch.ones(nb, dtype=step.features.dtype, device=step.features.device)]
     if samples != "labeled" and step.pseudo is not None and nu:
-        weak = step.features[nb : nb + nu]
-        keep = torch.ones(nu, dtype=torch.bool, device=weak.device)
-        if samples == "confident":
-            keep = step.pseudo.mask > 0
-        feats.append(weak[keep])
-        labels.append(step.pseudo.labels[keep])
-    return torch.cat(feats), torch.cat(labels)
+        feats.append(step.features[nb : nb + nu])
+        labels.append(step.pseudo.labels)
+        keep = step.pseudo.mask if samples == "confident" else torch.ones_like(step.pseudo.mask)
+        weights.append((keep > 0).to(step.features.dtype))
+    return torch.cat(feats), torch.cat(labels), torch.cat(weights)
 
 
-def prototype_loss(features: Tensor, labels: Tensor, prototypes: Tensor, present: Tensor) -> Tensor:
-    """MSE(f, P̄_y) averaged over the samples whose class has a global prototype (and over dimensions)."""
-    keep = present.bool()[labels]
-    if not bool(keep.any()):
-        return features.sum() * 0.0
-    return F.mse_loss(features[keep], prototypes[labels[keep]].to(features.dtype))
+def prototype_loss(
+    features: Tensor, labels: Tensor, prototypes: Tensor, present: Tensor, weights: Tensor | None = None
+) -> Tensor:
+    """MSE(f, P̄_y) averaged over the (weighted) samples whose class has a global prototype, and over
+    dimensions; 0 when there is none."""
+    keep = present.bool()[labels].to(features.dtype)
+    if weights is not None:
+        keep = keep * weights
+    squared = (features - prototypes[labels].to(features.dtype)).pow(2).mean(dim=1)
+    return (keep * squared).sum() / keep.sum().clamp_min(1.0)
 
 
 def aggregate_prototypes(
@@ -102,37 +106,38 @@ class FedProtoTrainer(FixMatchTrainer):
                 f"['{PROTOTYPES_KEY}'] and ['{PRESENT_KEY}']); run it with 'fedproto-fssl'"
             )
         device = u.data.inputs.device
+        # Read on the CPU copy the instruction brought: asking the device every step would wait for it.
+        sc.any_prototype = bool(present.bool().any())
         sc.prototypes = prototypes.to(device)
         sc.present = present.to(device).bool()
-        sc.feature_sums = torch.zeros(tuple(sc.prototypes.shape), dtype=torch.float64)
-        sc.feature_counts = torch.zeros(sc.prototypes.shape[0], dtype=torch.float64)
+        sc.feature_sums = torch.zeros(tuple(sc.prototypes.shape), dtype=torch.float64, device=device)
+        sc.feature_counts = torch.zeros(sc.prototypes.shape[0], dtype=torch.float64, device=device)
 
     def extra_losses(self, u: LocalUpdate, step: SemiSupervisedStep) -> dict[str, Tensor]:
         """λ·MSE(f, P̄_y) over the chosen samples (none in round 1, before any prototype exists)."""
         sc = u.scratch
-        if sc.prototype_weight == 0.0 or not bool(sc.present.any()):
+        if sc.prototype_weight == 0.0 or not sc.any_prototype:
             return {}
-        feats, labels = prototype_members(step, sc.prototype_samples)
-        return {
-            "loss_prototype": sc.prototype_weight * prototype_loss(feats, labels, sc.prototypes, sc.present)
-        }
+        feats, labels, weights = prototype_members(step, sc.prototype_samples)
+        loss = prototype_loss(feats, labels, sc.prototypes, sc.present, weights)
+        return {"loss_prototype": sc.prototype_weight * loss}
 
     def observe(self, u: LocalUpdate, step: SemiSupervisedStep) -> None:
-        """Also accumulate per-class feature sums in the last epoch (the prototypes to upload)."""
+        """Also accumulate per-class feature sums in the last epoch (the prototypes to upload), on the
+        device: they reach the CPU once, in the reply."""
         super().observe(u, step)
         if not step.batch.last_epoch:
             return
         sc = u.scratch
-        feats, labels = prototype_members(step, sc.prototype_samples)
-        feats = feats.detach().double().cpu()
-        labels = labels.cpu()
-        sc.feature_sums.index_add_(0, labels, feats)
-        sc.feature_counts += torch.bincount(labels, minlength=sc.feature_counts.shape[0]).double()
+        feats, labels, weights = prototype_members(step, sc.prototype_samples)
+        weights = weights.detach().double()
+        sc.feature_sums.index_add_(0, labels, feats.detach().double() * weights.unsqueeze(1))
+        sc.feature_counts.index_add_(0, labels, weights)
 
     def payload(self, u: LocalUpdate) -> dict[str, Tensor]:
         return {
-            "prototype_sums": u.scratch.feature_sums.clone(),
-            "prototype_counts": u.scratch.feature_counts.clone(),
+            "prototype_sums": u.scratch.feature_sums.cpu().clone(),
+            "prototype_counts": u.scratch.feature_counts.cpu().clone(),
         }
 
 

@@ -40,6 +40,7 @@ from fedhet.engine.protocol import (
     TrainContext,
     Trainer,
 )
+from fedhet.engine.transfer import to_device
 from fedhet.engine.weights import clone_weights
 
 #: Clients trained in one stacked program (larger rounds run in chunks of this many).
@@ -78,14 +79,16 @@ class _Member:
 
     cid: int
     update: LocalUpdate
-    batches: Tensor  # (steps, batch_size) indices into data.inputs, -1 = padding
+    batches: Tensor  # (steps, batch_size) positions in data.indices (CPU), -1 = padding
     scale: Tensor | None  # FedRS logit scales (C,), or None
     mu: float  # FedProx μ (0 without the proximal term)
 
 
 def _index_batches(trainer: Trainer, u: LocalUpdate) -> Tensor:
-    """The indices of every local step as a (steps, batch_size) tensor, -1 where a step's batch is shorter
-    (an epoch's last batch), drawn as ``SGDTrainer.batches`` draws them (the same generator calls)."""
+    """Every local step's positions in ``data.indices`` as a (steps, batch_size) CPU tensor, -1 where a
+    step's batch is shorter (an epoch's last batch), drawn as ``SGDTrainer.batches`` draws them (the same
+    generator calls). Positions, not indices: they stay on the CPU where the generator draws them, and
+    :func:`_train_stacked` maps them to indices on the device after one copy (no host sync per epoch)."""
     data, gen = u.data, u.context.generator
     n, bs = data.num_examples, u.context.train.batch_size
     if n == 0:
@@ -94,7 +97,7 @@ def _index_batches(trainer: Trainer, u: LocalUpdate) -> Tensor:
     per_epoch = math.ceil(n / bs)
     epochs = []
     for _ in range(math.ceil(steps / per_epoch)):
-        perm = data.indices[torch.randperm(n, generator=gen).to(data.indices.device)].cpu()
+        perm = torch.randperm(n, generator=gen)
         padded = torch.full((per_epoch * bs,), -1, dtype=torch.long)
         padded[:n] = perm
         epochs.append(padded.view(per_epoch, bs))
@@ -191,13 +194,18 @@ def _train_stacked(
     most = max(steps, default=0)
     batch_size = members[0].update.context.train.batch_size
     # Every member's batches at once: (steps, members, batch) indices, -1 where a member has no sample.
-    schedule = torch.full((most, group, batch_size), -1, dtype=torch.long)
+    positions = torch.full((most, group, batch_size), -1, dtype=torch.long)
     for i, m in enumerate(members):
-        schedule[: steps[i], i] = m.batches
-    schedule = schedule.to(device)
-    sample_weights = (schedule >= 0).to(torch.float32)
+        positions[: steps[i], i] = m.batches
+    positions = to_device(positions, device)
+    sample_weights = (positions >= 0).to(torch.float32)
     actives = torch.tensor([[t < s for s in steps] for t in range(most)], device=device).reshape(most, group)
-    schedule = schedule.clamp_min(0)
+    positions = positions.clamp_min(0)
+    schedule = torch.zeros_like(positions)
+    for i, m in enumerate(members):  # positions -> indices into data.inputs, on the device
+        indices = m.update.data.indices
+        if indices.numel():
+            schedule[:, i] = indices.to(device)[positions[:, i]]
     loss_sums = torch.zeros(group, dtype=torch.float64, device=device)
 
     proximal = bool((mus != 0).any())

@@ -379,7 +379,10 @@ def plot_weight_vs_share(a: Audit, roles: dict[str, list[int]], path: Path) -> b
         )
     ax.set_xlabel("sample share (self-described)")
     ax.set_ylabel(f"final {a.weight_source}")
-    ax.set_title(f"{a.method}: weight against sample share (red: free-rider suspect, flagged)", fontsize=8)
+    ax.set_title(
+        f"{a.method}: weight against sample share (flagged: red free-rider suspect, orange maverick)",
+        fontsize=8,
+    )
     ax.legend(fontsize=7)
     F.save_figure(fig, path)
     return True
