@@ -71,6 +71,14 @@ def test_indecisive_sets_match_hand_computed_ones():
         candidate_class_sets(probs, prior, "top1")
 
 
+def test_indecisive_sets_compare_in_the_probabilities_dtype():
+    # float32(0.1) > 0.1 in float64, but not in float32: the prior is read in the probabilities' precision,
+    # so a class whose probability equals the prior (as the client holds it) is not indecisive
+    probs = torch.tensor([[0.1, 0.9]], dtype=torch.float32)
+    prior = torch.tensor([0.1, 0.5], dtype=torch.float64)
+    assert indecisive_sets(probs, prior).tolist() == [[False, True]]
+
+
 def test_candidate_sets_default_to_the_prior_rule_and_top_5_and_are_boolean():
     gen = torch.Generator().manual_seed(0)
     probs = torch.softmax(torch.randn(6, 10, generator=gen), dim=1)
@@ -150,6 +158,23 @@ def test_icpl_without_negatives_is_zero():
         torch.randn(3, 2), torch.randn(2, 2), probs, torch.ones(3, dtype=torch.bool), probs > 0.5, 1
     )
     assert float(loss) == 0.0
+
+
+def test_icpl_keeps_a_negative_whose_similarity_equals_the_bound():
+    """methods.md §2.5: negatives need cosine >= 1e-6, so a similarity of exactly 1e-6 (float32) counts.
+    z0 = (1, 0) and z1 = (s, 1)/‖·‖ with s = 1e-6 have z0·z1 = s exactly in float32 (√(1 + s²) rounds to
+    1); the two are confident in different classes, so each is the other's only negative. By hand, with
+    proxies e0, e1: positives 1, loss = log(1 + e^(s − 1)) for both anchors."""
+    s = float(torch.tensor(1e-6, dtype=torch.float32))
+    z = torch.tensor([[1.0, 0.0], [1e-6, 1.0]])
+    probs = torch.tensor([[0.9, 0.1], [0.1, 0.9]])
+    confident = torch.ones(2, dtype=torch.bool)
+    loss = icpl_loss(z, torch.eye(2), probs, confident, probs > 0.5, 0)
+    assert float(loss) == pytest.approx(math.log(1 + math.exp(s - 1)), rel=1e-6)
+    # one unlabeled anchor (row 1): the same value; no unlabeled anchor at all: 0, not the NaN of an empty CE
+    loss = icpl_loss(z, torch.eye(2), probs, confident, probs > 0.5, 1)
+    assert float(loss) == pytest.approx(math.log(1 + math.exp(s - 1)), rel=1e-6)
+    assert float(icpl_loss(z, torch.eye(2), probs, confident, probs > 0.5, 2)) == 0.0
 
 
 # -- GPT ---------------------------------------------------------------------------------------------------

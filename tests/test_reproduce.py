@@ -139,7 +139,10 @@ def test_scales_of_a_table(tmp_path):
 
 def _page_cells(page: str, methods: list[str]) -> dict[tuple[str, str], str]:
     """(row, method) -> cell text of the result page's table."""
-    lines = [ln for ln in page.splitlines() if ln.startswith("| ")]  # the separator row starts "|---"
+    all_lines = page.splitlines()
+    start = next(i for i, ln in enumerate(all_lines) if ln.startswith("| row |"))
+    end = next((i for i in range(start, len(all_lines)) if not all_lines[i].startswith("|")), len(all_lines))
+    lines = [ln for ln in all_lines[start:end] if ln.startswith("| ")]  # the separator row starts "|---"
     header = [c.strip() for c in lines[0].strip("|").split("|")]
     cells = {}
     for ln in lines[1:]:
@@ -182,3 +185,35 @@ def test_quick_reproduction_writes_a_result_page_with_every_cell_and_continues(t
     again = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert _page_cells(page.read_text(), spec.methods) == cells
     assert again["scale"] == "quick" and all(r["rounds"] == 2 for r in again["results"])
+
+
+def test_a_two_phase_table_runs_its_warm_start_first_and_prints_its_gates(tmp_path):
+    """proxyfl-gated at the quick scale: phase A (labeled-only FedAvg) runs first with the same seeds and
+    scale, every method of the row starts from its model (model.init_from), and the page holds every cell
+    and the six validity gates with a verdict computed from the runs (fedhet.report.fssl_gates)."""
+    page, out = tmp_path / "results" / "proxyfl-gated.md", tmp_path / "out"
+    assert main(["reproduce", "proxyfl-gated", "--scale", "quick", "--page", str(page), "--out", str(out),
+                 "--quiet"]) == 0  # fmt: skip
+    spec = load_spec("proxyfl-gated")
+    row = spec.rows[0]
+    warm = next(out.glob("*-warmstart"))
+    assert (warm / "fedavg-labeled-seed0" / "summary.json").is_file()
+    run_dir = warm.parent / warm.name.removesuffix("-warmstart")
+    for m in spec.methods:
+        config = (run_dir / f"{m}-seed0" / "config.toml").read_text()
+        assert f'init_from = "{warm}/fedavg-labeled-seed{{seed}}"' in config
+    text = page.read_text()
+    cells = _page_cells(text, spec.methods)
+    assert {name for name, _ in cells} == {row.name} and len(cells) == len(spec.methods)
+    assert all(re.fullmatch(r"\*\*\d+\.\d\d\*\* \(1 seed\)", c) for c in cells.values())
+    gates = re.findall(r"^- \[(pass|FAIL)\] (.+)$", text, flags=re.M)
+    assert len(gates) == 6
+    # with one seed no difference can show one sign across seeds: those three gates fail, so the verdict
+    acc = {
+        m: 100 * json.loads((run_dir / f"{m}-seed0" / "summary.json").read_text())["last"]["accuracy"]
+        for m in spec.methods
+    }
+    gap = acc["fedavg-full"] - acc["fedavg-labeled"]
+    assert gates[0] == ("pass" if gap >= 8 else "FAIL", f"all labels − labeled-only ≥ 8 points ({gap:+.2f})")
+    assert [g[0] for g in gates[3:]] == ["FAIL"] * 3 and "one seed cannot show it" in gates[3][1]
+    assert "**Verdict: NOT a test of the claim" in text

@@ -156,10 +156,23 @@ def summarise(modules: list[str]) -> int:
     return 0
 
 
+def _module_name(text: str) -> str:
+    """A FORMULAS key from its full name or its last part (``celm`` -> ``algorithms.celm``)."""
+    matches = [m for m in FORMULAS if text in (m, m.rsplit(".", 1)[-1])]
+    if len(matches) != 1:
+        raise argparse.ArgumentTypeError(
+            f"unknown module {text!r}; choose from {', '.join(sorted(FORMULAS))}"
+        )
+    return matches[0]
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument(
-        "--module", action="append", choices=sorted(FORMULAS), help="only this module (repeatable)"
+        "--module",
+        action="append",
+        type=_module_name,
+        help=f"only this module (repeatable): {', '.join(sorted(FORMULAS))}, or the last part (celm)",
     )
     ap.add_argument("--summary", action="store_true", help="summarise existing results, run nothing")
     ap.add_argument("--max-children", type=int, default=None, help="parallel mutant runs (mutmut's default)")

@@ -78,6 +78,9 @@ class Row:
     method_params: dict[str, dict[str, Any]] = field(default_factory=dict)  # merged over the table's
     methods: list[str] = field(default_factory=list)  # only these of the table's methods (empty: all)
     scale: float | None = None  # overrides the table's display scale for this row (e.g. ×100 accuracies)
+    #: Phase A of a two-phase row: (config, method) run first with the row's seeds and scale; every method of
+    #: the row then starts from its final global model of the same seed (``model.init_from``).
+    warmstart: tuple[Path, str] | None = None
 
 
 @dataclass(frozen=True)
@@ -119,6 +122,8 @@ class Spec:
     scales: dict[str, Scale] = field(default_factory=dict)
     #: Verified causes of the differences to the paper (Markdown, for the result page).
     gaps: str = ""
+    #: Validity gates printed with each row ("fssl": fedhet.report.fssl_gates), or none.
+    gates: str = ""
 
     def at_scale(self, name: str) -> Scale:
         """The named scale: ``full`` as written, ``quick``/``cpu`` from the table or their defaults."""
@@ -172,7 +177,9 @@ ROW_KEYS = {
     "method_params",
     "methods",
     "scale",
+    "warmstart",
 }
+GATES = ("", "fssl")
 
 
 def load_spec(name: str) -> Spec:
@@ -194,10 +201,13 @@ def load_spec(name: str) -> Spec:
         "method_params",
         "scales",
         "gaps",
+        "gates",
     }
     bad = set(raw) - known
     if bad:
         raise ConfigError(f"{path}: unknown key(s) {sorted(bad)}; accepted: {sorted(known)}")
+    if raw.get("gates", "") not in GATES:
+        raise ConfigError(f"{path}: gates={raw.get('gates')!r}; accepted: {', '.join(map(repr, GATES))}")
     if raw.get("view", "final") not in ("final", "best", "last"):
         raise ConfigError(f"{path}: view={raw.get('view')!r}; accepted: 'final', 'best', 'last'")
     rows = []
@@ -221,6 +231,7 @@ def load_spec(name: str) -> Spec:
                 methods=list(r.get("methods", [])),
                 metric=r.get("metric"),
                 scale=float(r["scale"]) if "scale" in r else None,
+                warmstart=_warmstart(path, r),
             )
         )
         stray = set(rows[-1].methods) - set(raw.get("methods", []))
@@ -242,7 +253,23 @@ def load_spec(name: str) -> Spec:
         method_params=_method_params(path, raw.get("method_params", {})),
         scales=_scales(path, raw.get("scales", {})),
         gaps=raw.get("gaps", ""),
+        gates=raw.get("gates", ""),
     )
+
+
+def _warmstart(path: Path, row: dict[str, Any]) -> tuple[Path, str] | None:
+    """A row's ``warmstart = { config = "...", method = "..." }``, checked."""
+    raw = row.get("warmstart")
+    if raw is None:
+        return None
+    if not isinstance(raw, dict) or set(raw) != {"config", "method"}:
+        raise ConfigError(
+            f'{path}: row {row.get("name")!r}: warmstart must be {{ config = "FILE", method = "NAME" }}'
+        )
+    config = (path.parent / raw["config"]).resolve()
+    if not config.is_file():
+        raise ConfigError(f"{path}: row {row.get('name')!r}: warmstart config {config} does not exist")
+    return config, str(raw["method"])
 
 
 def _scales(path: Path, raw: Any) -> dict[str, Scale]:
@@ -353,9 +380,17 @@ def run_spec(
             continue
         seed_list = [base.seed + i for i in range(n_seeds)]
         params = {m: {**spec.method_params.get(m, {}), **row.method_params.get(m, {})} for m in wanted}
+        slug = re.sub(r"[^A-Za-z0-9.]+", "-", row.name).strip("-").lower()
+        if row.warmstart is not None:  # phase A first; the row's methods start from its models
+            warm_config, warm_method = row.warmstart
+            warm = load_config(warm_config)
+            for k, v in parse_set_args(row.overrides + overrides):
+                apply_override(warm, k, v)
+            warm_dir = out_dir / f"{slug}-warmstart"
+            run_comparison(warm, [warm_method], seed_list, warm_dir, progress=progress, jobs=jobs)
+            base.model.init_from = str(warm_dir / f"{warm_method}-seed{{seed}}")
         key = (base.fingerprint(), tuple(wanted), tuple(seed_list), json.dumps(params, sort_keys=True))
         if key not in done:
-            slug = re.sub(r"[^A-Za-z0-9.]+", "-", row.name).strip("-").lower()
             while any(d[1] == out_dir / slug for d in done.values()):
                 slug += "-b"
             summaries = run_comparison(
@@ -445,7 +480,26 @@ def render_markdown(spec: Spec, results: list[dict[str, Any]], scale: str | None
     ]
     if diffs:
         lines += ["", f"Mean |Δ| over {len(diffs)} cells: {np.mean(np.abs(diffs)):.2f}."]
+    lines += gates_section(spec, results)
     return "\n".join(lines) + "\n"
+
+
+def gates_section(spec: Spec, results: list[dict[str, Any]]) -> list[str]:
+    """The table's validity gates per row that ran (``gates = "fssl"``), read from the row's runs."""
+    if spec.gates != "fssl":
+        return []
+    from fedhet.report.fssl_gates import fssl_gates, gates_markdown, read_fssl_runs
+
+    lines: list[str] = []
+    for r in results:
+        if not r["available"] or not r.get("run_dir"):
+            continue
+        lines += ["", f"### Validity gates: {r['row']}", ""]
+        try:
+            lines.append(gates_markdown(fssl_gates(*read_fssl_runs(Path(r["run_dir"])))).rstrip())
+        except ValueError as exc:  # a run of only some methods (--methods): the gates need all five
+            lines.append(f"Not computed: {exc}.")
+    return lines
 
 
 def write_results(spec: Spec, results: list[dict[str, Any]], out_dir: Path, scale: str | None = None) -> Path:

@@ -1,0 +1,124 @@
+"""Validity gates of the gated FSSL protocol (docs/proxyfl.md): can a table test ProxyFL > SAGE ≥
+FixMatch-GPL > labeled-only at all, and does the ordering hold?
+
+A table is a test of the claim only when every gate passes: all labels − labeled-only ≥ ``min_gap`` points
+(there is room to gain from unlabeled data); FixMatch-GPL uses ≥ ``min_used`` of the unlabeled samples
+(pseudo-labels pass τ); ProxyFL ≤ all labels (the bound holds); each paired difference of the ordering has
+one sign in every seed (at least two seeds). Used by ``tools/gated_fssl.py`` and by the ``proxyfl-gated``
+reproduction page.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+#: The claimed ordering as (better, worse) pairs, paired by seed.
+ORDER = (("proxyfl", "sage"), ("sage", "fixmatch-gpl"), ("fixmatch-gpl", "fedavg-labeled"))
+NAMES = {
+    "fedavg-labeled": "labeled-only",
+    "fixmatch-gpl": "FixMatch-GPL",
+    "sage": "SAGE",
+    "proxyfl": "ProxyFL",
+    "fedavg-full": "all labels",
+}
+
+
+@dataclass
+class GateReport:
+    """Per-method accuracies, the gates (text, passed), the ordering (text, holds) and the verdict."""
+
+    seeds: list[int]
+    accuracy: dict[str, dict[int, float]]
+    used: dict[str, dict[int, float]]
+    gates: list[tuple[str, bool]]
+    ordering: list[tuple[str, bool]]
+
+    @property
+    def valid(self) -> bool:
+        return all(ok for _, ok in self.gates)
+
+
+def read_fssl_runs(compare_dir: Path) -> tuple[dict[str, dict[int, float]], dict[str, dict[int, float]]]:
+    """Per method and seed: the mean accuracy of the last 10 rounds (%, ``summary["last"]``), and the mean
+    fraction of unlabeled samples that passed the mask (metrics.jsonl)."""
+    acc: dict[str, dict[int, float]] = {}
+    used: dict[str, dict[int, float]] = {}
+    for run in sorted(p for p in compare_dir.iterdir() if (p / "summary.json").is_file()):
+        summary = json.loads((run / "summary.json").read_text())
+        method, seed = summary["method"], int(summary["seed"])
+        acc.setdefault(method, {})[seed] = 100 * float(summary["last"]["accuracy"])
+        lines = [json.loads(s) for s in (run / "metrics.jsonl").read_text().splitlines() if s.strip()]
+        fractions = [ln["unlabeled_used_fraction"] for ln in lines if "unlabeled_used_fraction" in ln]
+        if fractions:
+            used.setdefault(method, {})[seed] = float(np.mean(fractions))
+    return acc, used
+
+
+def fssl_gates(
+    acc: dict[str, dict[int, float]],
+    used: dict[str, dict[int, float]],
+    min_gap: float = 8.0,
+    min_used: float = 0.25,
+) -> GateReport:
+    """The gates and the ordering over the seeds every method has (docs/proxyfl.md)."""
+    missing = [m for m in NAMES if m not in acc]
+    if missing:
+        raise ValueError(f"the gated FSSL table needs runs of {sorted(NAMES)}; missing {missing}")
+    seeds = sorted(set.intersection(*(set(acc[m]) for m in NAMES)))
+    mean = {m: float(np.mean([acc[m][s] for s in seeds])) for m in NAMES}
+    gap = mean["fedavg-full"] - mean["fedavg-labeled"]
+    gpl_used = float(np.mean(list(used.get("fixmatch-gpl", {0: 0.0}).values())))
+    gates = [
+        (f"all labels − labeled-only ≥ {min_gap:g} points ({gap:+.2f})", gap >= min_gap),
+        (
+            f"GPL uses ≥ {100 * min_used:g} % of the unlabeled samples ({100 * gpl_used:.1f} %)",
+            gpl_used >= min_used,
+        ),
+        (
+            f"ProxyFL ≤ all labels ({mean['proxyfl']:.2f} vs {mean['fedavg-full']:.2f})",
+            mean["proxyfl"] <= mean["fedavg-full"],
+        ),
+    ]
+    ordering = []
+    for a, b in ORDER:
+        diffs = [acc[a][s] - acc[b][s] for s in seeds]
+        signs = ", ".join(f"{d:+.2f}" for d in diffs)
+        # one seed always has "one sign": the gate needs at least two to say anything
+        one_sign = len(diffs) >= 2 and (all(d > 0 for d in diffs) or all(d < 0 for d in diffs))
+        text = f"{NAMES[a]} − {NAMES[b]} has one sign in every seed ({signs})"
+        gates.append((text if len(diffs) >= 2 else text + ": one seed cannot show it", one_sign))
+        relation = "≥" if (a, b) == ("sage", "fixmatch-gpl") else ">"
+        holds = all(d >= 0 for d in diffs) if relation == "≥" else all(d > 0 for d in diffs)
+        ordering.append((f"{NAMES[a]} {relation} {NAMES[b]} (mean {np.mean(diffs):+.2f})", holds))
+    return GateReport(seeds=seeds, accuracy=acc, used=used, gates=gates, ordering=ordering)
+
+
+def gates_markdown(report: GateReport) -> str:
+    """The per-seed table, the gates, then the ordering and the verdict (Markdown)."""
+    seeds = report.seeds
+    lines = [
+        f"Accuracy = mean of the last 10 rounds, %, seeds {seeds}.",
+        "",
+        "| method | " + " | ".join(f"seed {s}" for s in seeds) + " | mean ± std | unlabeled used |",
+        "|---|" + "---|" * len(seeds) + "---|---|",
+    ]
+    for m, name in NAMES.items():
+        values = [report.accuracy[m][s] for s in seeds]
+        frac = f"{100 * np.mean(list(report.used[m].values())):.1f} %" if m in report.used else "—"
+        cells = " | ".join(f"{v:.2f}" for v in values)
+        lines.append(f"| {name} | {cells} | {np.mean(values):.2f} ± {np.std(values):.2f} | {frac} |")
+    lines += ["", "Validity gates:", ""]
+    lines += [f"- [{'pass' if ok else 'FAIL'}] {text}" for text, ok in report.gates]
+    lines += ["", "Ordering ProxyFL > SAGE ≥ FixMatch-GPL > labeled-only (paired by seed):", ""]
+    lines += [f"- {text}: {'holds' if ok else 'does not hold'}" for text, ok in report.ordering]
+    verdict = (
+        "a valid test of the claim"
+        if report.valid
+        else "NOT a test of the claim (a gate failed; the ordering as a whole says nothing)"
+    )
+    lines += ["", f"**Verdict: {verdict}.**"]
+    return "\n".join(lines) + "\n"
