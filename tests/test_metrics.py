@@ -375,3 +375,17 @@ def test_free_rider_report_boundaries():
         metrics.free_rider_report([1.0, 1.0, 1.0], True)
     with pytest.raises(ConfigError, match="threshold_coef must be positive"):
         metrics.free_rider_report([1.0, 1.0], 0, threshold_coef=0.0)
+
+
+# -- tests for the mutants a mutation run left alive (tools/mutation.py) --------------------------------
+def test_bcf_errors_name_the_bad_input():
+    with pytest.raises(ConfigError, match="largest standalone accuracy must be positive, got 0$"):
+        metrics.bcf_bounds([0.0, 0.0], [0.5, 0.5])
+    for fn in (metrics.bcf_rate, metrics.bcf_rate_fedrac_code):
+        with pytest.raises(ConfigError, match=r"^rewards must be numeric"):
+            fn(np.array([0.5, 0.6]), np.array(["a", "b"], dtype=object))
+
+
+def test_rare_class_recall_names_an_empty_rare_set():
+    with pytest.raises(ConfigError, match="^rare_classes is empty; name at least one rare class index$"):
+        metrics.rare_class_recall([0, 1], [0, 1], [])

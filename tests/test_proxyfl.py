@@ -549,3 +549,109 @@ def test_labels_at_one_client_train_every_fssl_method(tmp_path, method):
             assert weights == {"0": 0.0, "1": 0.0, "2": 1.0, "3": 0.0}
         else:  # n_i = |L_i| + |U_i|: clients without labels still weigh by their unlabeled data
             assert all(w > 0 for w in weights.values())
+
+
+# -- tests for the mutants a mutation run left alive (tools/mutation.py) --------------------------------
+def test_gpt_steps_replayed_by_hand():
+    """Two epochs of GPT with batches of 3 over M·C = 6 pairs, replayed step by step from the same
+    permutations: plain SGD at the given lr on each batch's loss, δ from the averaged proxies, the 'code'
+    direction; local proxies may come in float64 (cast to the global proxies' dtype)."""
+    gen = torch.Generator().manual_seed(5)
+    global_proxies = torch.randn(3, 4, generator=gen)
+    local = torch.randn(2, 3, 4, generator=gen, dtype=torch.float64)
+    result = global_proxy_tuning(
+        global_proxies, local, epochs=2, batch_size=3, lr=0.3, direction="code", rng=np.random.default_rng(7)
+    )
+    rng = np.random.default_rng(7)
+    margin = proxy_margin(global_proxies, 100.0)
+    w = global_proxies.clone()
+    local32 = local.float()
+    for _ in range(2):
+        order = torch.as_tensor(rng.permutation(6))
+        for start in (0, 3):
+            w = w.detach().requires_grad_(True)
+            (g,) = torch.autograd.grad(gpt_loss(w, local32, margin, "code", order[start : start + 3]), w)
+            w = w - 0.3 * g
+    assert result.steps == 4 and result.margin == pytest.approx(margin)
+    torch.testing.assert_close(result.proxies, w.detach(), rtol=1e-6, atol=1e-6)
+    assert result.loss_after == pytest.approx(float(gpt_loss(w.detach(), local32, margin, "code")), rel=1e-6)
+    assert result.loss_before == pytest.approx(float(gpt_loss(global_proxies, local32, margin, "code")))
+
+
+def test_gpt_defaults_are_the_papers():
+    """Q = 100 epochs, batches of 4, δ capped at 100 (methods.md §2.6); the loss's default direction is the
+    paper's; the margin enters in float64 when the distances are float64."""
+    far = torch.tensor([[0.0, 0.0], [500.0, 0.0]])  # nearest-neighbour distance 500 > the cap
+    local = far.unsqueeze(0).repeat(3, 1, 1)
+    result = global_proxy_tuning(far, local, rng=np.random.default_rng(0))
+    assert result.steps == 100 * math.ceil(3 * 2 / 4) and result.margin == 100.0
+    gen = torch.Generator().manual_seed(1)
+    g, loc = torch.randn(3, 2, generator=gen), torch.randn(2, 3, 2, generator=gen)
+    assert float(gpt_loss(g, loc, 0.5)) == float(gpt_loss(g, loc, 0.5, "paper"))
+    assert float(gpt_loss(g, loc, 0.5)) != pytest.approx(float(gpt_loss(g, loc, 0.5, "code")))
+    g64, loc64, margin = g.double(), loc.double(), 1.0 / 3.0
+    dist = torch.cdist(loc64.reshape(6, 2), g64)  # code direction, by hand in float64
+    cls = torch.arange(6) % 3
+    dist = dist + margin * torch.nn.functional.one_hot(cls, 3).double()
+    expected = torch.nn.functional.cross_entropy(-dist, cls)
+    assert float(gpt_loss(g64, loc64, margin, "code")) == pytest.approx(float(expected), rel=1e-13, abs=0)
+
+
+def test_class_prior_defaults_to_momentum_099_and_counts_a_single_sample():
+    prior = torch.full((4,), 0.25, dtype=torch.float64)
+    one = torch.tensor([0.0, 1.0, 0.0, 0.0])  # one counted sample: Σ counts = 1 still moves the prior
+    expected = [0.99 * 0.25 + 0.01 * v for v in (0.0, 1.0, 0.0, 0.0)]
+    assert update_class_prior(prior, one).tolist() == pytest.approx(expected)
+
+
+def test_invalid_class_counts_are_left_out_of_the_prior(caplog):
+    sim = make_simulation(tiny_config())
+    sim.setup()
+    strategy: ProxyFL = sim.strategy
+    before = strategy.prior.clone()
+    replies = fake_replies(strategy.model, 10)
+    replies[0].payload["class_counts"] = torch.full((10,), -1.0)  # negative (finite, right shape)
+    replies[3].payload["class_counts"] = torch.ones(9)  # wrong shape (finite, non-negative)
+    with caplog.at_level("WARNING", logger="fedhet"):
+        aggregate_round(strategy, 1, replies)
+    assert torch.equal(strategy.prior, before)  # nothing valid: the prior stays
+    assert sum("sent no valid class_counts" in r.message for r in caplog.records) == 2
+    replies = fake_replies(strategy.model, 10)
+    replies[3].payload["class_counts"] = torch.full((10,), float("nan"))
+    aggregate_round(strategy, 2, replies)
+    expected = 0.99 * before + 0.01 * torch.nn.functional.one_hot(torch.tensor(0), 10).double()
+    torch.testing.assert_close(strategy.prior, expected)  # only client 0's counts (class 0)
+
+
+def test_icpl_reads_top_k_from_the_config_and_the_labeled_rows_confidence_at_the_threshold(monkeypatch):
+    """A labeled image of zeros gets the stub teacher's uniform 0.1: confident at τ = 0.1 (≥, not >);
+    indecisive_top_k = 2 reaches the candidate sets."""
+    import fedhet.algorithms.proxyfl as proxyfl_module
+    from fedhet.algorithms.fixmatch import SemiSupervisedBatch
+    from support import prepared_update
+
+    sim = make_simulation(tiny_config(threshold=0.1, indecisive_rule="top-k", indecisive_top_k=2))
+    sim.setup()
+    ins = sim.strategy.configure(1, [0])[0]
+    u = prepared_update(sim.trainer, sim.work_model, sim.fed.clients[0], ins, sim.cfg.train)
+    u.scratch.teacher = StubTeacher()
+    weak = torch.randn(2, 1, 28, 28, generator=torch.Generator().manual_seed(0))
+    batch = SemiSupervisedBatch(
+        labeled=torch.zeros(1, 1, 28, 28),
+        labels=torch.tensor([3]),
+        weak=weak,
+        strong=weak,
+        unlabeled_truth=torch.zeros(2, dtype=torch.long),
+        last_epoch=False,
+    )
+    seen = {}
+    real = proxyfl_module.icpl_loss
+
+    def capture(embeddings, proxies, probs, confident, candidates, num_labeled):
+        seen.update(confident=confident, candidates=candidates)
+        return real(embeddings, proxies, probs, confident, candidates, num_labeled)
+
+    monkeypatch.setattr(proxyfl_module, "icpl_loss", capture)
+    sim.trainer.loss(u, batch)
+    assert bool(seen["confident"][0])  # max p = 0.1 exactly, τ = 0.1
+    assert seen["candidates"].sum(dim=1).tolist() == [2] * 5

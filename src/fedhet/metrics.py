@@ -243,7 +243,7 @@ def bcf_bounds(
         raise ConfigError(f"alpha must lie in [0, 1], got {alpha!r} (FedRAC uses 0.5)")
     max_standalone = s.max()
     if max_standalone <= 0:
-        raise ConfigError(f"the largest standalone accuracy must be positive, got {max_standalone!r}")
+        raise ConfigError(f"the largest standalone accuracy must be positive, got {float(max_standalone):g}")
     # Same operation order as FedRAC's main.py so boundary cases (a_i == upper_i) compare identically.
     upper = ((1 - alpha) * (s / max_standalone) + alpha) * a.max()
     return s.copy(), upper
