@@ -389,3 +389,23 @@ def test_bcf_errors_name_the_bad_input():
 def test_rare_class_recall_names_an_empty_rare_set():
     with pytest.raises(ConfigError, match="^rare_classes is empty; name at least one rare class index$"):
         metrics.rare_class_recall([0, 1], [0, 1], [])
+
+
+def test_fairness_is_nan_quietly_for_constant_sides_and_defined_for_two_clients():
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # "we return NaN quietly": scipy's ConstantInputWarning would raise
+        for x, y in (([1, 1, 1], [1, 2, 3]), ([1, 2, 3], [5, 5, 5]), ([1, 1], [2, 2]), ([1], [2])):
+            assert math.isnan(metrics.fairness(x, y)), (x, y)
+            assert math.isnan(metrics.fairness(x, y, kind="spearman")), (x, y)
+        assert metrics.fairness([1, 2], [3, 5]) == pytest.approx(100.0)
+        assert metrics.fairness([1, 2], [5, 3]) == pytest.approx(-100.0)
+
+
+def test_fairness_errors_name_the_side():
+    bad = np.array(["a", "b"], dtype=object)
+    with pytest.raises(ConfigError, match="^contribution must be numeric"):
+        metrics.fairness(bad, [1.0, 2.0])
+    with pytest.raises(ConfigError, match="^reward must be numeric"):
+        metrics.fairness([1.0, 2.0], bad)
