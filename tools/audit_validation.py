@@ -52,6 +52,7 @@ def run(out: Path, seeds: int, jobs: int) -> None:
 def table(out: Path) -> None:
     settings = AuditSettings()
     counts = {kind: {"tp": 0, "fp": 0, "fn": 0} for kind in FLAGS}
+    by_method: dict[tuple[str, str], dict[str, int]] = {}
     by_setting: dict[str, list[str]] = {}
     for name in SETTINGS:
         if not (out / name).is_dir():
@@ -61,9 +62,13 @@ def table(out: Path) -> None:
             truth = ground_truth(run_dir, settings)
             for kind in FLAGS:
                 flagged, true = set(audit.flagged(kind)), set(truth[kind])
-                counts[kind]["tp"] += len(flagged & true)
-                counts[kind]["fp"] += len(flagged - true)
-                counts[kind]["fn"] += len(true - flagged)
+                for c in (
+                    counts[kind],
+                    by_method.setdefault((kind, audit.method), {"tp": 0, "fp": 0, "fn": 0}),
+                ):
+                    c["tp"] += len(flagged & true)
+                    c["fp"] += len(flagged - true)
+                    c["fn"] += len(true - flagged)
             by_setting.setdefault(name, []).append(
                 f"{audit.method} seed {audit.seed}: "
                 + "; ".join(
@@ -72,13 +77,14 @@ def table(out: Path) -> None:
                     if audit.flagged(k) or truth[k]
                 )
             )
-    print("| flag | true positives | false positives | missed | precision | recall |")
-    print("|---|---|---|---|---|---|")
-    for kind, c in counts.items():
+    print("| flag | method | true positives | false positives | missed | precision | recall |")
+    print("|---|---|---|---|---|---|---|")
+    rows = [((kind, "all"), c) for kind, c in counts.items()] + sorted(by_method.items())
+    for (kind, method), c in sorted(rows, key=lambda r: (FLAGS.index(r[0][0]), r[0][1] != "all", r[0][1])):
         flagged, true = c["tp"] + c["fp"], c["tp"] + c["fn"]
         precision = f"{100 * c['tp'] / flagged:.0f} %" if flagged else "— (nothing flagged)"
         recall = f"{100 * c['tp'] / true:.0f} %" if true else "— (no true case)"
-        print(f"| {kind} | {c['tp']} | {c['fp']} | {c['fn']} | {precision} | {recall} |")
+        print(f"| {kind} | {method} | {c['tp']} | {c['fp']} | {c['fn']} | {precision} | {recall} |")
     for name, rows in by_setting.items():
         print(f"\n{name}:")
         for row in rows:
