@@ -683,3 +683,41 @@ def test_probe_adam_ascent_is_torch_adam_maximizing():
         opt.step()
         ascent.step(grad)
     assert torch.equal(reference.detach(), ours)
+
+
+# -- tests for the mutants a mutation run left alive (tools/mutation.py) --------------------------------
+def test_probe_dispatch_defaults_and_start_noise(monkeypatch):
+    """Each impl runs its own implementation ('loop' and 'vmap' agree only within float tolerance, so bit
+    for bit tells them apart; the MLP's closed form equals vmap bit for bit, so a spy tells whether
+    'batched' took it: it is the fast path), the default budget is 200 steps, and without a generator the
+    start noise is seed 0's (not the global RNG's)."""
+    import fedhet.algorithms.logit_probes as probes
+
+    torch.manual_seed(11)
+    shape = (1, 28, 28)
+    models = [build_model("mlp", shape, 10) for _ in range(2)]
+    template, states = models[0], [m.state_dict() for m in models]
+    kw = dict(steps=5, lr=0.05, l2=1e-3)
+    noise = probes.probe_noise(2, 10, shape, 1.0, torch.Generator().manual_seed(0))
+    loop = probes.maximize_logits_loop(template, states, noise, **kw)
+    vmap = probes.maximize_logits_batched(template, states, noise, **kw)
+    assert not torch.equal(loop, vmap)
+    calls = []
+    real_mlp = probes.maximize_logits_mlp
+
+    def spy(*args, **kwargs):
+        calls.append(1)
+        return real_mlp(*args, **kwargs)
+
+    monkeypatch.setattr(probes, "maximize_logits_mlp", spy)
+    for impl, expected, closed_form in (("loop", loop, 0), ("vmap", vmap, 0), ("batched", vmap, 1)):
+        calls.clear()
+        torch.manual_seed(99)  # the global RNG must not matter
+        got = maximize_class_logits(template, states, shape, 10, impl=impl, **kw)
+        assert torch.equal(got, expected) and len(calls) == closed_form, impl
+    small = dict(lr=0.05, l2=1e-3)
+    default = maximize_class_logits(template, states[:1], shape, 10, **small)
+    assert torch.equal(default, maximize_class_logits(template, states[:1], shape, 10, steps=200, **small))
+    assert not torch.equal(
+        default, maximize_class_logits(template, states[:1], shape, 10, steps=201, **small)
+    )
