@@ -430,6 +430,21 @@ def test_the_strategy_runs_gpt_for_gpt_epochs_over_the_uploaded_proxies():
 
 
 # -- one local step with a stub teacher: class counts and ICPL's inputs ----------------------------------
+def capture_icpl_inputs(monkeypatch) -> dict:
+    """Record what the trainer hands ICPL (probs, confident, candidates, num_labeled); the loss still runs."""
+    import fedhet.algorithms.proxyfl as proxyfl_module
+
+    seen: dict = {}
+    real = proxyfl_module.icpl_loss
+
+    def capture(embeddings, proxies, probs, confident, candidates, num_labeled):
+        seen.update(probs=probs, confident=confident, candidates=candidates, num_labeled=num_labeled)
+        return real(embeddings, proxies, probs, confident, candidates, num_labeled)
+
+    monkeypatch.setattr(proxyfl_module, "icpl_loss", capture)
+    return seen
+
+
 class StubTeacher(torch.nn.Module):
     """A frozen 'global model' whose probabilities the test computes itself: logits_j = 40·x̄·(j − 4.5), so
     the confidence varies with the image's mean."""
@@ -439,7 +454,6 @@ class StubTeacher(torch.nn.Module):
 
 
 def test_one_proxyfl_step_counts_classes_and_feeds_icpl_the_global_models_view(monkeypatch):
-    import fedhet.algorithms.proxyfl as proxyfl_module
     from fedhet.algorithms.fixmatch import SemiSupervisedBatch
     from support import prepared_update
 
@@ -462,14 +476,7 @@ def test_one_proxyfl_step_counts_classes_and_feeds_icpl_the_global_models_view(m
         unlabeled_truth=torch.zeros(6, dtype=torch.long),
         last_epoch=True,
     )
-    seen = {}
-    real = proxyfl_module.icpl_loss
-
-    def capture(embeddings, proxies, probs, confident, candidates, num_labeled):
-        seen.update(probs=probs, confident=confident, candidates=candidates, num_labeled=num_labeled)
-        return real(embeddings, proxies, probs, confident, candidates, num_labeled)
-
-    monkeypatch.setattr(proxyfl_module, "icpl_loss", capture)
+    seen = capture_icpl_inputs(monkeypatch)
     trainer.loss(u, batch)
     teacher = StubTeacher()
     p_x, p_u = torch.softmax(teacher(x), 1), torch.softmax(teacher(weak), 1)
@@ -492,7 +499,6 @@ def test_one_proxyfl_step_counts_classes_and_feeds_icpl_the_global_models_view(m
 def test_a_client_without_labels_learns_from_pseudo_labels_only(monkeypatch):
     """Client 0 holds no labels: its batches have no labeled rows, it has no supervised loss, ICPL has no
     labeled rows, and its class counts are the global pseudo-labels that pass the mask, nothing else."""
-    import fedhet.algorithms.proxyfl as proxyfl_module
     from support import prepared_update
 
     cfg = tiny_config(threshold=0.99)  # the stub's confidences on these images: 0.71 to 1.0
@@ -509,14 +515,7 @@ def test_a_client_without_labels_learns_from_pseudo_labels_only(monkeypatch):
     batch = next(iter(trainer.batches(u)))
     assert batch.labeled.shape[0] == 0 and batch.weak.shape[0] == 2 * cfg.train.batch_size
     batch.last_epoch = True
-    seen = {}
-    real = proxyfl_module.icpl_loss
-
-    def capture(embeddings, proxies, probs, confident, candidates, num_labeled):
-        seen.update(probs=probs, num_labeled=num_labeled)
-        return real(embeddings, proxies, probs, confident, candidates, num_labeled)
-
-    monkeypatch.setattr(proxyfl_module, "icpl_loss", capture)
+    seen = capture_icpl_inputs(monkeypatch)
     trainer.loss(u, batch)
     p_u = torch.softmax(StubTeacher()(batch.weak), 1)
     assert seen["num_labeled"] == 0
@@ -626,7 +625,6 @@ def test_invalid_class_counts_are_left_out_of_the_prior(caplog):
 def test_icpl_reads_top_k_from_the_config_and_the_labeled_rows_confidence_at_the_threshold(monkeypatch):
     """A labeled image of zeros gets the stub teacher's uniform 0.1: confident at τ = 0.1 (≥, not >);
     indecisive_top_k = 2 reaches the candidate sets."""
-    import fedhet.algorithms.proxyfl as proxyfl_module
     from fedhet.algorithms.fixmatch import SemiSupervisedBatch
     from support import prepared_update
 
@@ -644,14 +642,7 @@ def test_icpl_reads_top_k_from_the_config_and_the_labeled_rows_confidence_at_the
         unlabeled_truth=torch.zeros(2, dtype=torch.long),
         last_epoch=False,
     )
-    seen = {}
-    real = proxyfl_module.icpl_loss
-
-    def capture(embeddings, proxies, probs, confident, candidates, num_labeled):
-        seen.update(confident=confident, candidates=candidates)
-        return real(embeddings, proxies, probs, confident, candidates, num_labeled)
-
-    monkeypatch.setattr(proxyfl_module, "icpl_loss", capture)
+    seen = capture_icpl_inputs(monkeypatch)
     sim.trainer.loss(u, batch)
     assert bool(seen["confident"][0])  # max p = 0.1 exactly, τ = 0.1
     assert seen["candidates"].sum(dim=1).tolist() == [2] * 5
