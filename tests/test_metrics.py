@@ -409,3 +409,12 @@ def test_fairness_errors_name_the_side():
         metrics.fairness(bad, [1.0, 2.0])
     with pytest.raises(ConfigError, match="^reward must be numeric"):
         metrics.fairness([1.0, 2.0], bad)
+
+
+def test_per_class_recall_leaves_absent_classes_nan_without_dividing_by_zero():
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # 0/0 for an absent class would warn
+        recall = metrics.per_class_recall([0, 1, 0], [0, 0, 2], 4)
+    assert recall[0] == 0.5 and recall[2] == 0.0 and math.isnan(recall[1]) and math.isnan(recall[3])
