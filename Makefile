@@ -31,7 +31,7 @@ data:
 	fi
 
 test: setup
-	$(PY) -m pytest -q tests
+	$(PY) -m pytest tests
 
 demo: setup
 	$(VENV)/bin/fedhet compare configs/celm/fmnist-maverick.toml --methods fedavg,celm --rounds 30 --set eval.every=2 \
