@@ -418,3 +418,10 @@ def test_per_class_recall_leaves_absent_classes_nan_without_dividing_by_zero():
         warnings.simplefilter("error")  # 0/0 for an absent class would warn
         recall = metrics.per_class_recall([0, 1, 0], [0, 0, 2], 4)
     assert recall[0] == 0.5 and recall[2] == 0.0 and math.isnan(recall[1]) and math.isnan(recall[3])
+
+
+def test_confusion_matrix_checks_the_true_labels_too():
+    with pytest.raises(
+        ConfigError, match=r"labels must lie in \[0, 1\] for num_classes=2, found values in \[0, 3\]"
+    ):
+        metrics.confusion_matrix([0, 1], [0, 3], 2)
