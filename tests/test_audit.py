@@ -111,6 +111,7 @@ def test_audit_of_a_real_run_names_the_stale_client_and_writes_its_report(tmp_pa
     run = tmp_path / "celm"
     args = ["run", "celm/fmnist-maverick", "--rounds", "4", "--out", str(run)]
     for s in ("data.max_train_samples=3000", "data.max_test_samples=500", "faults.clients.3=stale",
+              "faults.clients.5=nan",  # its evidence rows are NaN (null in records.json): the heatmap copes
               "method.params.warmup_fraction=0.25", "eval.every=2"):  # fmt: skip
         args += ["--set", s]
     assert cli_main(args) == 0
@@ -118,8 +119,9 @@ def test_audit_of_a_real_run_names_the_stale_client_and_writes_its_report(tmp_pa
     assert all(ln["update_norms"]["3"] == 0.0 and ln["update_norms"]["0"] > 0 for ln in lines)
     truth = ground_truth(run)
     assert truth["stale uploads"] == [3] and 0 in truth["maverick"]  # the rare class's sole holder
+    assert truth["rejected updates"] == [5]
     audit = load_audit(run)
-    assert audit.flagged("stale uploads") == [3]
+    assert audit.flagged("stale uploads") == [3] and audit.flagged("rejected updates") == [5]
     assert audit.class_shares.shape == (10, 10) and audit.num_clients == 10
     out = tmp_path / "report" / "audit.md"
     assert cli_main(["audit", str(run), "--out", str(out), "--html"]) == 0
@@ -131,6 +133,7 @@ def test_audit_of_a_real_run_names_the_stale_client_and_writes_its_report(tmp_pa
     html = out.with_suffix(".html").read_text()
     assert html.count("<img") == 3 and "data:image/png;base64," in html
     assert "stale uploads [3]" in capsys.readouterr().out
+    assert "**rejected updates**: 4 round(s) (1, 2, 3, 4); round 1:" in text
 
 
 def test_audit_refuses_runs_without_contributions_and_says_which(tmp_path, capsys):

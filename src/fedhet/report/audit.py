@@ -34,6 +34,7 @@ import numpy as np
 
 from fedhet.errors import ConfigError
 from fedhet.report import figures as F
+from fedhet.report.artifacts import _array as float_array  # JSON lists -> floats, None (NaN) -> NaN
 from fedhet.report.markdown import find_runs
 
 FLAGS = ("free-rider suspect", "maverick", "rejected updates", "failed rounds", "stale uploads")
@@ -95,10 +96,6 @@ def _lines(run_dir: Path) -> list[dict[str, Any]]:
     return [json.loads(s) for s in path.read_text().splitlines() if s.strip()] if path.is_file() else []
 
 
-def _floats(values: Sequence[Any]) -> np.ndarray:
-    return np.array([math.nan if v is None else float(v) for v in values], dtype=np.float64)
-
-
 def _class_shares(debiased: np.ndarray) -> np.ndarray:
     """Each client's share of each class's de-biased evidence q_ik / Σ_j q_jk (0 where a class has none)."""
     q = np.nan_to_num(np.asarray(debiased, dtype=np.float64), nan=0.0).clip(min=0.0)
@@ -115,9 +112,9 @@ def load_audit(run_dir: Path, settings: AuditSettings | None = None) -> Audit:
     lines = _lines(run_dir)
     history = [(int(ln["round"]), ln["contributions"]) for ln in lines if ln.get("contributions")]
     if summary.get("contributions"):
-        weights, source = _floats(summary["contributions"]), "contribution"
+        weights, source = float_array(summary["contributions"]), "contribution"
     elif summary.get("rewards"):
-        weights, source = _floats(summary["rewards"]), "reward"
+        weights, source = float_array(summary["rewards"]), "reward"
         history = [(int(ln["round"]), ln["rewards"]) for ln in lines if ln.get("rewards")]
     else:
         raise ConfigError(
@@ -130,25 +127,24 @@ def load_audit(run_dir: Path, settings: AuditSettings | None = None) -> Audit:
         share = np.asarray(sizes, dtype=np.float64) / float(sum(sizes))
     records_path = run_dir / "records.json"
     records = json.loads(records_path.read_text()) if records_path.is_file() else {}
-    evidence = records.get("celm", {}).get("evidence", [])
-    class_shares = _class_shares(_floats_2d(evidence[-1]["debiased"])) if evidence else None
+    evidence = [
+        {k: (v if k == "round" else float_array(v)) for k, v in e.items()}
+        for e in records.get("celm", {}).get("evidence", [])
+    ]
+    class_shares = _class_shares(evidence[-1]["debiased"]) if evidence else None
     audit = Audit(
         run_dir=run_dir,
         method=str(summary.get("method")),
         seed=int(summary.get("seed", 0)),
         weights=weights,
         weight_source=source,
-        history=[(r, list(_floats(w))) for r, w in history],
+        history=[(r, list(float_array(w))) for r, w in history],
         sample_share=share,
         class_shares=class_shares,
         evidence_rounds=evidence,
     )
     audit.flags = flag_clients(audit, lines, settings or AuditSettings())
     return audit
-
-
-def _floats_2d(rows: Sequence[Sequence[Any]]) -> np.ndarray:
-    return np.array([_floats(r) for r in rows], dtype=np.float64)
 
 
 # --------------------------------------------------------------------------------------------------------
@@ -159,7 +155,10 @@ def evidence_change(evidence: Sequence[dict[str, Any]]) -> np.ndarray | None:
     fewer than two rounds): how much its model's class evidence moved while it trained."""
     if len(evidence) < 2:
         return None
-    first, last = _floats_2d(evidence[0]["raw"]), _floats_2d(evidence[-1]["raw"])
+    first, last = (
+        np.asarray(float_array(e["raw"]) if isinstance(e["raw"], list) else e["raw"])
+        for e in (evidence[0], evidence[-1])
+    )
     first, last = np.nan_to_num(first), np.nan_to_num(last)
     scale = np.linalg.norm(first, axis=1)
     return np.linalg.norm(last - first, axis=1) / np.where(scale > 0, scale, 1.0)
