@@ -2,7 +2,8 @@
 
     python tools/gated_fssl.py runs/proxyfl-gated/b [--min-gap 8] [--min-used 0.25]
     python tools/gated_fssl.py runs/proxyfl-gated/b-lc0 runs/proxyfl-gated/b-lc0-1-2 \\
-        runs/proxyfl-gated/b --labels "labels at 1 of 10 clients" "3 of 10" "10 of 10" --figure docs/figures/fssl_labeled_clients.png
+        runs/proxyfl-gated/b --labels "labels at 1 of 10 clients" "3 of 10" "10 of 10" \\
+        --figure docs/figures/fssl_labeled_clients.png
 
 Reads ``fedhet compare`` directories of the gated protocol (configs/proxyfl/fashion-mnist-gated.toml) holding
 fedavg-labeled, fixmatch-gpl, sage, proxyfl and fedavg-full for the same seeds, and prints, per directory,
