@@ -329,8 +329,13 @@ def rows_without_data(spec: Spec) -> list[str]:
 
 
 def row_config(row: Row, overrides: list[str]) -> ExperimentConfig:
-    cfg = load_config(row.config)
-    for key, value in parse_set_args(row.overrides + overrides):
+    return configured(row.config, row.overrides + overrides)
+
+
+def configured(path: Path, overrides: list[str]) -> ExperimentConfig:
+    """The config file at ``path`` with ``--set``-style ``overrides`` applied in order."""
+    cfg = load_config(path)
+    for key, value in parse_set_args(overrides):
         apply_override(cfg, key, value)
     return cfg
 
@@ -383,9 +388,7 @@ def run_spec(
         slug = re.sub(r"[^A-Za-z0-9.]+", "-", row.name).strip("-").lower()
         if row.warmstart is not None:  # phase A first; the row's methods start from its models
             warm_config, warm_method = row.warmstart
-            warm = load_config(warm_config)
-            for k, v in parse_set_args(row.overrides + overrides):
-                apply_override(warm, k, v)
+            warm = configured(warm_config, row.overrides + overrides)
             warm_dir = out_dir / f"{slug}-warmstart"
             run_comparison(warm, [warm_method], seed_list, warm_dir, progress=progress, jobs=jobs)
             base.model.init_from = str(warm_dir / f"{warm_method}-seed{{seed}}")

@@ -61,8 +61,10 @@ def _cells(values: Any) -> list[str]:
     return ["" if v is None or not math.isfinite(v) else f"{v:.8g}" for v in values]
 
 
-def _array(values: Any) -> np.ndarray:
-    """A float array from JSON lists, None (a NaN written by the engine) back to NaN."""
+def float_array(values: Any) -> np.ndarray:
+    """A float array from JSON lists, None (a NaN written by the engine) back to NaN; arrays pass through."""
+    if isinstance(values, np.ndarray):
+        return values.astype(np.float64, copy=False)
     return np.array(
         [[math.nan if v is None else v for v in row] for row in values]
         if values and isinstance(values[0], list)
@@ -83,6 +85,13 @@ def roles(info: dict[str, Any]) -> dict[str, list[int]]:
     }
 
 
+def celm_evidence(record: dict[str, Any]) -> list[dict[str, Any]]:
+    """CELM's per-warm-up-round evidence from ``records.json["celm"]`` as float arrays (null -> NaN)."""
+    return [
+        {k: (v if k == "round" else float_array(v)) for k, v in e.items()} for e in record.get("evidence", [])
+    ]
+
+
 def write_celm(
     run: Path, record: dict[str, Any], lines: list[dict], summary: dict, info: dict[str, Any]
 ) -> None:
@@ -95,9 +104,7 @@ def write_celm(
         phases = {ln["round"]: ln.get("celm_phase", "") for ln in lines}
         for rnd, c in history:
             w.writerow([rnd, phases.get(rnd, "")] + [f"{v:.10g}" for v in c])
-    evidence = [
-        {k: (v if k == "round" else _array(v)) for k, v in e.items()} for e in record.get("evidence", [])
-    ]
+    evidence = celm_evidence(record)
     ev_dir = run / "evidence"
     ev_dir.mkdir(exist_ok=True)
     for e in evidence:

@@ -34,7 +34,7 @@ import numpy as np
 
 from fedhet.errors import ConfigError
 from fedhet.report import figures as F
-from fedhet.report.artifacts import _array as float_array  # JSON lists -> floats, None (NaN) -> NaN
+from fedhet.report.artifacts import celm_evidence, float_array
 from fedhet.report.markdown import find_runs
 
 FLAGS = ("free-rider suspect", "maverick", "rejected updates", "failed rounds", "stale uploads")
@@ -127,10 +127,7 @@ def load_audit(run_dir: Path, settings: AuditSettings | None = None) -> Audit:
         share = np.asarray(sizes, dtype=np.float64) / float(sum(sizes))
     records_path = run_dir / "records.json"
     records = json.loads(records_path.read_text()) if records_path.is_file() else {}
-    evidence = [
-        {k: (v if k == "round" else float_array(v)) for k, v in e.items()}
-        for e in records.get("celm", {}).get("evidence", [])
-    ]
+    evidence = celm_evidence(records.get("celm", {}))
     class_shares = _class_shares(evidence[-1]["debiased"]) if evidence else None
     audit = Audit(
         run_dir=run_dir,
@@ -155,11 +152,7 @@ def evidence_change(evidence: Sequence[dict[str, Any]]) -> np.ndarray | None:
     fewer than two rounds): how much its model's class evidence moved while it trained."""
     if len(evidence) < 2:
         return None
-    first, last = (
-        np.asarray(float_array(e["raw"]) if isinstance(e["raw"], list) else e["raw"])
-        for e in (evidence[0], evidence[-1])
-    )
-    first, last = np.nan_to_num(first), np.nan_to_num(last)
+    first, last = (np.nan_to_num(float_array(e["raw"])) for e in (evidence[0], evidence[-1]))
     scale = np.linalg.norm(first, axis=1)
     return np.linalg.norm(last - first, axis=1) / np.where(scale > 0, scale, 1.0)
 
