@@ -105,7 +105,7 @@ def bare_round(sim, start: dict, rnd: int) -> dict:
 def bare_probes(sim, states: list[dict]) -> torch.Tensor:
     """CELM's evidence written plainly: per model, Adam ascent on K inputs (one per class) maximising
     s_c(x) - λ‖x‖², the models one after another (CELM's own path batches them with vmap)."""
-    strategy, model = sim.strategy, sim.work_model
+    strategy, model = sim.strategy.estimator, sim.work_model
     k, shape = sim.fed.num_classes, tuple(sim.fed.dataset.input_shape)
     out, cls = [], torch.arange(k, device=sim.fed.test_x.device)
     model.eval()

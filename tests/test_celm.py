@@ -125,9 +125,11 @@ def test_the_probe_uses_the_configured_implementation(monkeypatch):
 
     monkeypatch.setattr(celm_module, "maximize_class_logits", spy)
     strategy = CELM(probe_impl="loop", probe_steps=7, probe_lr=0.3, probe_l2=0.02, probe_init_scale=0.4)
-    strategy.model, strategy.input_shape = torch.nn.Linear(4, 3), (4,)
-    strategy.info = type("Info", (), {"num_classes": 3, "seed": 0})()
-    strategy.probe([strategy.model.state_dict()], 1)
+    model = torch.nn.Linear(4, 3)
+    strategy.estimator.setup(
+        type("Info", (), {"model": model, "num_clients": 2, "num_classes": 3, "seed": 0, "input_shape": (4,)})()
+    )
+    strategy.probe([model.state_dict()], 1)
     assert (seen["impl"], seen["steps"], seen["lr"], seen["l2"], seen["init_scale"]) == (
         "loop",
         7,
@@ -659,7 +661,7 @@ def test_invalid_parameters_are_config_errors():
     with pytest.raises(ConfigError, match="no parameter"):
         build_strategy("celm", {"weighting": "uniform"})
     strategy = build_strategy("celm-rs", {"fedrs_alpha": 0.1, "per_class_baseline": True})
-    assert strategy.fedrs_alpha == 0.1 and strategy.per_class_baseline
+    assert strategy.fedrs_alpha == 0.1 and strategy.estimator.per_class_baseline
 
 
 @pytest.mark.parametrize("path", sorted((ROOT / "configs" / "celm").glob("*.toml")), ids=lambda p: p.stem)

@@ -175,6 +175,142 @@ def probe_generator(seed: int, rnd: int) -> torch.Generator:
     return torch.Generator().manual_seed(int(state[0]) << 32 | int(state[1]))
 
 
+class EvidenceContributions:
+    """CELM's contribution estimate as a component (methods.md §1.1 steps 2-7): probe the previous global
+    model and the clients' models, debias, share per class, project to the simplex, EMA over rounds.
+
+    Holds c (N,) and every round's evidence record. CELM drives it during its warm-up; data-free FedRAC
+    (``contributions = "celm"``, docs/data-free-fairness.md) during its own.
+    """
+
+    def __init__(
+        self,
+        *,
+        ema_momentum: float = 0.5,
+        probe_steps: int = 200,
+        probe_lr: float = 0.05,
+        probe_l2: float = 1e-3,
+        probe_init_scale: float = 1.0,
+        probe_impl: str = "batched",
+        per_class_baseline: bool = False,
+        initial_contributions: str = "uniform",
+        epsilon: float = 1e-8,
+        evidence_scale: str = "off",
+    ) -> None:
+        self.ema_momentum = check_number(
+            "ema_momentum", ema_momentum, 0.0, 1.0, hint="β of the EMA, the paper uses 0.5"
+        )
+        self.probe_steps = check_integer("probe_steps", probe_steps, 1, hint="default 200")
+        self.probe_lr = check_number("probe_lr", probe_lr, 0.0, 1e6, low_open=True, hint="default 0.05")
+        self.probe_l2 = check_number("probe_l2", probe_l2, 0.0, hint="λ, default 1e-3")
+        self.probe_init_scale = check_number(
+            "probe_init_scale", probe_init_scale, 0.0, low_open=True, hint="std of the start noise, 1.0"
+        )
+        self.probe_impl = check_choice("probe_impl", probe_impl, PROBE_IMPLS)
+        self.per_class_baseline = check_flag("per_class_baseline", per_class_baseline)
+        self.initial_contributions = check_choice(
+            "initial_contributions",
+            initial_contributions,
+            INITIAL_CONTRIBUTIONS,
+            hint="'uniform': c^0 = 1/N, 'first': c^1 = the first estimate",
+        )
+        self.epsilon = check_number("epsilon", epsilon, 0.0, hint="default 1e-8")
+        self.evidence_scale = check_choice(
+            "evidence_scale",
+            evidence_scale,
+            EVIDENCE_SCALES,
+            hint="'off': the paper; 'median': each model's logits divided by their median over classes "
+            "(robust to random or scaled models, docs/robustness.md)",
+        )
+        self.contribution = np.zeros(0)
+        self.estimates = 0
+        #: Per estimation round: raw evidence (N, K; NaN rows for absent clients), global logits, b, q, c̄.
+        self.evidence: list[dict[str, Any]] = []
+
+    def setup(self, info: FederationInfo) -> None:
+        """c^0 = 1/N; the probes' model template, input shape, class count and seed come from ``info``."""
+        self.info = info
+        self.contribution = np.full(info.num_clients, 1.0 / info.num_clients)
+        self.input_shape = tuple(int(s) for s in info.input_shape)
+
+    def probe(self, states: Sequence[Mapping[str, Tensor]], rnd: int) -> Tensor:
+        """Raw evidence (M, K) of the given model states with these probe settings and the round's seed."""
+        return maximize_class_logits(
+            self.info.model,
+            states,
+            self.input_shape,
+            self.info.num_classes,
+            steps=self.probe_steps,
+            lr=self.probe_lr,
+            l2=self.probe_l2,
+            init_scale=self.probe_init_scale,
+            generator=probe_generator(self.info.seed, rnd),
+            impl=self.probe_impl,
+        )
+
+    def update(self, rnd: int, ids: list[int], states: Sequence[Mapping[str, Tensor]]) -> ContributionStep:
+        """One estimation round: ``states`` are w_g^{t−1} first, then the clients ``ids`` (id order)."""
+        evidence = rescale_evidence(self.probe(states, rnd).cpu().double().numpy(), self.evidence_scale)
+        global_logits, raw = evidence[0], evidence[1:]
+        momentum = self.ema_momentum
+        if self.estimates == 0 and self.initial_contributions == "first":
+            momentum = 0.0
+        step = estimate_contributions(
+            self.contribution,
+            raw,
+            global_logits,
+            ids,
+            momentum=momentum,
+            epsilon=self.epsilon,
+            per_class_baseline=self.per_class_baseline,
+        )
+        self.contribution = step.contributions
+        self.estimates += 1
+        n, k = self.info.num_clients, self.info.num_classes
+        full_raw, full_q = np.full((n, k), np.nan), np.full((n, k), np.nan)
+        full_raw[ids], full_q[ids] = raw, step.debiased
+        scores = np.full(n, np.nan)
+        scores[ids] = step.scores
+        self.evidence.append(
+            {
+                "round": rnd,
+                "raw": full_raw,
+                "global": np.asarray(global_logits, dtype=np.float64),
+                "baseline": np.broadcast_to(np.asarray(step.baseline, dtype=np.float64), (k,)).copy(),
+                "debiased": full_q,
+                "scores": scores,
+            }
+        )
+        return step
+
+    def state_dict(self) -> dict[str, Any]:
+        return {
+            "contribution": self.contribution.copy(),
+            "estimates": self.estimates,
+            "evidence": [dict(e) for e in self.evidence],
+        }
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        self.contribution = np.asarray(state["contribution"], dtype=np.float64).copy()
+        self.estimates = int(state["estimates"])
+        self.evidence = [
+            {k: (int(v) if k == "round" else np.asarray(v, dtype=np.float64).copy()) for k, v in e.items()}
+            for e in state["evidence"]
+        ]
+
+
+def head_keeping_instructions(
+    weights: Mapping[str, Tensor], backbone_keys: Sequence[str], with_heads: set[int], client_ids: list[int]
+) -> dict[int, Instruction]:
+    """CELM's warm-up message: the global backbone only, each client keeping its own head (a client without
+    one yet gets the global head, the shared initial model's in round 1)."""
+    backbone = {k: weights[k] for k in backbone_keys}
+    return {
+        cid: Instruction(weights=backbone if cid in with_heads else weights, config={KEEP_KEY: "head"})
+        for cid in client_ids
+    }
+
+
 # --------------------------------------------------------------------------------------------------------
 # The strategy
 # --------------------------------------------------------------------------------------------------------
@@ -213,24 +349,18 @@ class CELM(FedAvg):
         self.warmup_fraction = check_number(
             "warmup_fraction", warmup_fraction, 0.0, 1.0, low_open=True, hint="the paper uses 0.05 (5% of T)"
         )
-        self.ema_momentum = check_number(
-            "ema_momentum", ema_momentum, 0.0, 1.0, hint="β of the EMA, the paper uses 0.5"
+        self.estimator = EvidenceContributions(
+            ema_momentum=ema_momentum,
+            probe_steps=probe_steps,
+            probe_lr=probe_lr,
+            probe_l2=probe_l2,
+            probe_init_scale=probe_init_scale,
+            probe_impl=probe_impl,
+            per_class_baseline=per_class_baseline,
+            initial_contributions=initial_contributions,
+            epsilon=epsilon,
+            evidence_scale=evidence_scale,
         )
-        self.probe_steps = check_integer("probe_steps", probe_steps, 1, hint="default 200")
-        self.probe_lr = check_number("probe_lr", probe_lr, 0.0, 1e6, low_open=True, hint="default 0.05")
-        self.probe_l2 = check_number("probe_l2", probe_l2, 0.0, hint="λ, default 1e-3")
-        self.probe_init_scale = check_number(
-            "probe_init_scale", probe_init_scale, 0.0, low_open=True, hint="std of the start noise, 1.0"
-        )
-        self.probe_impl = check_choice("probe_impl", probe_impl, PROBE_IMPLS)
-        self.per_class_baseline = check_flag("per_class_baseline", per_class_baseline)
-        self.initial_contributions = check_choice(
-            "initial_contributions",
-            initial_contributions,
-            INITIAL_CONTRIBUTIONS,
-            hint="'uniform': c^0 = 1/N, 'first': c^1 = the first estimate",
-        )
-        self.epsilon = check_number("epsilon", epsilon, 0.0, hint="default 1e-8")
         self.probe_backbone = check_choice(
             "probe_backbone",
             probe_backbone,
@@ -238,28 +368,30 @@ class CELM(FedAvg):
             hint="'client': probe each client's own model, the paper; 'global': its head on the previous "
             "global backbone",
         )
-        self.evidence_scale = check_choice(
-            "evidence_scale",
-            evidence_scale,
-            EVIDENCE_SCALES,
-            hint="'off': the paper; 'median': each model's logits divided by their median over classes "
-            "(robust to random or scaled models, docs/robustness.md)",
-        )
         self.warmup = 0
-        self.contribution = np.zeros(0)
-        self.estimates = 0
         #: Clients that replied during warm-up, so hold a head of their own (the others get the global one).
         self.with_heads: set[int] = set()
-        #: Per warm-up round: raw evidence (N, K; NaN rows for absent clients), global logits, baseline, q, c̄.
-        self.evidence: list[dict[str, Any]] = []
+
+    @property
+    def contribution(self) -> np.ndarray:
+        """c (N,), on the simplex (the estimator's)."""
+        return self.estimator.contribution
+
+    @property
+    def evidence(self) -> list[dict[str, Any]]:
+        """Every warm-up round's evidence record (the estimator's)."""
+        return self.estimator.evidence
+
+    @property
+    def estimates(self) -> int:
+        return self.estimator.estimates
 
     # -- life cycle ---------------------------------------------------------------------------------------
     def setup(self, info: FederationInfo) -> None:
         super().setup(info)  # the engine checked model_needs: a FedModel with a head
         self.warmup = warmup_rounds(self.warmup_fraction, info.rounds)
-        self.contribution = np.full(info.num_clients, 1.0 / info.num_clients)
+        self.estimator.setup(info)
         self.backbone_keys = list(info.model.backbone_keys())
-        self.input_shape = tuple(int(s) for s in info.input_shape)
 
     def in_warmup(self, rnd: int) -> bool:
         """Whether round ``rnd`` (1-based) is a warm-up round, t ≤ T_w."""
@@ -271,13 +403,7 @@ class CELM(FedAvg):
         weights = self.global_weights()
         if not self.in_warmup(rnd):
             return {cid: Instruction(weights=weights) for cid in client_ids}
-        backbone = {k: weights[k] for k in self.backbone_keys}
-        return {
-            cid: Instruction(
-                weights=backbone if cid in self.with_heads else weights, config={KEEP_KEY: "head"}
-            )
-            for cid in client_ids
-        }
+        return head_keeping_instructions(weights, self.backbone_keys, self.with_heads, client_ids)
 
     def aggregation_weights(self, rnd: int, replies: Mapping[int, Reply]) -> np.ndarray:
         """c_i for the replying clients, in client-id order (renormalised by ``weighted_average``)."""
@@ -295,22 +421,12 @@ class CELM(FedAvg):
         """In a warm-up round: probe the previous global model and every client model, update c."""
         if replies and self.in_warmup(rnd):
             self.with_heads.update(replies)
-            self._estimate(rnd, sorted(replies), replies)
+            ids = sorted(replies)
+            self.estimator.update(rnd, ids, self.probed_states(ids, replies))
 
     def probe(self, states: Sequence[Mapping[str, Tensor]], rnd: int) -> Tensor:
         """Raw evidence (M, K) of the given model states with this run's probe settings and round seed."""
-        return maximize_class_logits(
-            self.model,
-            states,
-            self.input_shape,
-            self.info.num_classes,
-            steps=self.probe_steps,
-            lr=self.probe_lr,
-            l2=self.probe_l2,
-            init_scale=self.probe_init_scale,
-            generator=probe_generator(self.info.seed, rnd),
-            impl=self.probe_impl,
-        )
+        return self.estimator.probe(states, rnd)
 
     def probed_states(self, ids: list[int], replies: Mapping[int, Reply]) -> list[Mapping[str, Tensor]]:
         """The models probed in a warm-up round: w_g^{t−1} first, then each client's (client-id order).
@@ -324,40 +440,6 @@ class CELM(FedAvg):
             shared = {k: global_state[k] for k in self.backbone_keys}
             clients = [{**w, **shared} for w in clients]
         return [global_state, *clients]
-
-    def _estimate(self, rnd: int, ids: list[int], replies: Mapping[int, Reply]) -> None:
-        states = self.probed_states(ids, replies)
-        evidence = rescale_evidence(self.probe(states, rnd).cpu().double().numpy(), self.evidence_scale)
-        global_logits, raw = evidence[0], evidence[1:]
-        momentum = self.ema_momentum
-        if self.estimates == 0 and self.initial_contributions == "first":
-            momentum = 0.0
-        step = estimate_contributions(
-            self.contribution,
-            raw,
-            global_logits,
-            ids,
-            momentum=momentum,
-            epsilon=self.epsilon,
-            per_class_baseline=self.per_class_baseline,
-        )
-        self.contribution = step.contributions
-        self.estimates += 1
-        n, k = self.info.num_clients, self.info.num_classes
-        full_raw, full_q = np.full((n, k), np.nan), np.full((n, k), np.nan)
-        full_raw[ids], full_q[ids] = raw, step.debiased
-        scores = np.full(n, np.nan)
-        scores[ids] = step.scores
-        self.evidence.append(
-            {
-                "round": rnd,
-                "raw": full_raw,
-                "global": np.asarray(global_logits, dtype=np.float64),
-                "baseline": np.broadcast_to(np.asarray(step.baseline, dtype=np.float64), (k,)).copy(),
-                "debiased": full_q,
-                "scores": scores,
-            }
-        )
 
     def contributions(self) -> np.ndarray | None:
         """The current contribution weights c (N,), on the simplex; frozen after warm-up."""
@@ -375,24 +457,14 @@ class CELM(FedAvg):
     # -- state ----------------------------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
         sd = super().state_dict()
-        sd["celm"] = {
-            "contribution": self.contribution.copy(),
-            "estimates": self.estimates,
-            "with_heads": sorted(self.with_heads),
-            "evidence": [dict(e) for e in self.evidence],
-        }
+        sd["celm"] = {**self.estimator.state_dict(), "with_heads": sorted(self.with_heads)}
         return sd
 
     def load_state_dict(self, sd: Mapping[str, Any]) -> None:
         super().load_state_dict(sd)
         state = sd["celm"]
-        self.contribution = np.asarray(state["contribution"], dtype=np.float64).copy()
-        self.estimates = int(state["estimates"])
+        self.estimator.load_state_dict(state)
         self.with_heads = {int(c) for c in state["with_heads"]}
-        self.evidence = [
-            {k: (int(v) if k == "round" else np.asarray(v, dtype=np.float64).copy()) for k, v in e.items()}
-            for e in state["evidence"]
-        ]
 
 
 class CELMRS(RestrictedSoftmaxMixin, CELM):

@@ -241,6 +241,7 @@ class RoundLoop:
         self.template = self.model_factory()
         self.rare_classes = list(self.fed.info.get("rare_classes", [])) or None
         self._check_inputs()
+        needs = strategy.requirements()
         self.info = FederationInfo(
             model=model,
             num_clients=cfg.data.clients,
@@ -251,8 +252,10 @@ class RoundLoop:
             rng=derived_rng(cfg.seed, "strategy"),
             device=self.device,
             eval_batch_size=cfg.eval.batch_size,
-            validation=self.fed.validation,
-            reference_contributions=self.reference,
+            # A strategy sees only the inputs it declares: a data-free one cannot read the validation set
+            # or the standalone accuracies, which the run may still hold for evaluation.
+            validation=self.fed.validation if "validation" in needs else None,
+            reference_contributions=self.reference if "reference_contributions" in needs else None,
         )
         strategy.setup(self.info)
         self.transport = self.make_transport()
