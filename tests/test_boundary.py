@@ -40,7 +40,7 @@ SERVER_KNOWS = {
     "validation",
     "reference_contributions",
 }
-SUBMODEL = ("fedrac", "fedrac-fixed-ratio", "fedrac-random-masks", "fedrac-strict", "fedsac")
+SUBMODEL = tuple(n for n in method_names() if n.startswith(("fedrac", "fedsac")))  # need maskable units
 PROXY_HEADS = ("proxyfl",)
 
 

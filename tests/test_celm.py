@@ -127,7 +127,9 @@ def test_the_probe_uses_the_configured_implementation(monkeypatch):
     strategy = CELM(probe_impl="loop", probe_steps=7, probe_lr=0.3, probe_l2=0.02, probe_init_scale=0.4)
     model = torch.nn.Linear(4, 3)
     strategy.estimator.setup(
-        type("Info", (), {"model": model, "num_clients": 2, "num_classes": 3, "seed": 0, "input_shape": (4,)})()
+        type(
+            "Info", (), {"model": model, "num_clients": 2, "num_classes": 3, "seed": 0, "input_shape": (4,)}
+        )()
     )
     strategy.probe([model.state_dict()], 1)
     assert (seen["impl"], seen["steps"], seen["lr"], seen["l2"], seen["init_scale"]) == (

@@ -24,6 +24,7 @@ ALGORITHMS: dict[str, str] = {
     "iafl": "fedhet.algorithms.iafl:IAFL",
     # collaborative fairness by submodels
     "fedrac": "fedhet.algorithms.fedrac:FedRAC",
+    "fedrac-data-free": "fedhet.algorithms.fedrac:FedRACDataFree",
     "fedrac-fixed-ratio": "fedhet.algorithms.fedrac:FedRACFixedRatio",
     "fedrac-random-masks": "fedhet.algorithms.fedrac:FedRACRandomMasks",
     "fedrac-strict": "fedhet.algorithms.fedrac:FedRACStrictSizes",

@@ -169,9 +169,10 @@ def estimate_contributions(
 # --------------------------------------------------------------------------------------------------------
 # Probes: class-wise logit maximization (methods.md §1.1 step 2)
 # --------------------------------------------------------------------------------------------------------
-def probe_generator(seed: int, rnd: int) -> torch.Generator:
-    """The probe-noise generator of round ``rnd``: a function of (seed, round) only, so resume is exact."""
-    state = np.random.SeedSequence([seed, PROBE_STREAM, rnd]).generate_state(2, dtype=np.uint32)
+def probe_generator(seed: int, rnd: int, stream: int = PROBE_STREAM) -> torch.Generator:
+    """The probe-noise generator of round ``rnd``: a function of (seed, stream, round) only, so resume is
+    exact; ``stream`` keeps independent uses of probe noise apart."""
+    state = np.random.SeedSequence([seed, stream, rnd]).generate_state(2, dtype=np.uint32)
     return torch.Generator().manual_seed(int(state[0]) << 32 | int(state[1]))
 
 

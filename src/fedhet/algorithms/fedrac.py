@@ -9,6 +9,7 @@ threshold (its "dynamic reputation"); the paper's two ablations drop one each. T
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 
 import numpy as np
 import torch
@@ -29,6 +30,8 @@ class FedRAC(SubmodelStrategy):
 
     Defaults per model (methods §3.4): mlp200 β=80, λ 0.2 → 0.8 after round 100, step 8; resnet18gn β=10,
     λ=0.95, step 32 → 8 after round 200. ``mask_off_by_one`` reproduces the code's mask-size quirk.
+    Data-free [ours, docs/data-free-fairness.md]: ``contributions = "celm"`` (no standalone pre-pass) and
+    ``candidate_score = "probe"`` (no validation set); see :class:`SubmodelStrategy`.
     """
 
     name = "fedrac"
@@ -47,6 +50,12 @@ class FedRAC(SubmodelStrategy):
         validation_samples: int | None = None,
         mask_off_by_one: bool = False,
         strict_sizes: bool = False,
+        contributions: str = "standalone",
+        candidate_score: str = "validation",
+        contribution_warmup: float = 0.05,
+        reputation: str = "coverage",
+        score_per_class: int = 20,
+        score_depths: Sequence[int] = (1, 2, 3, 5, 8),
     ) -> None:
         super().__init__(
             sharpness=sharpness,
@@ -56,6 +65,12 @@ class FedRAC(SubmodelStrategy):
             validation_samples=validation_samples,
             mask_off_by_one=mask_off_by_one,
             strict_sizes=strict_sizes,
+            contributions=contributions,
+            candidate_score=candidate_score,
+            contribution_warmup=contribution_warmup,
+            reputation=reputation,
+            score_per_class=score_per_class,
+            score_depths=score_depths,
         )
         for key, value in (
             ("reputation_ratio", reputation_ratio),
@@ -96,6 +111,12 @@ class FedRACFixedRatio(SubmodelStrategy):
         validation_samples: int | None = None,
         mask_off_by_one: bool = False,
         strict_sizes: bool = False,
+        contributions: str = "standalone",
+        candidate_score: str = "validation",
+        contribution_warmup: float = 0.05,
+        reputation: str = "coverage",
+        score_per_class: int = 20,
+        score_depths: Sequence[int] = (1, 2, 3, 5, 8),
     ) -> None:
         super().__init__(
             sharpness=sharpness,
@@ -105,6 +126,12 @@ class FedRACFixedRatio(SubmodelStrategy):
             validation_samples=validation_samples,
             mask_off_by_one=mask_off_by_one,
             strict_sizes=strict_sizes,
+            contributions=contributions,
+            candidate_score=candidate_score,
+            contribution_warmup=contribution_warmup,
+            reputation=reputation,
+            score_per_class=score_per_class,
+            score_depths=score_depths,
         )
         check_number("fixed_ratio", fixed_ratio, 0.0, 1.0)
         self.fixed_ratio = float(fixed_ratio)
@@ -144,4 +171,18 @@ class FedRACStrictSizes(FedRAC):
 
     def __init__(self, **kwargs) -> None:
         kwargs.setdefault("strict_sizes", True)
+        super().__init__(**kwargs)
+
+
+class FedRACDataFree(FedRAC):
+    """Data-free FedRAC [ours, docs/data-free-fairness.md]: reputations from CELM's evidence during the first
+    rounds (``contributions = "celm"``, no standalone pre-pass) and candidates scored on inputs grown from
+    the global model (``candidate_score = "probe"``, no validation set). Either can be set back."""
+
+    name = "fedrac-data-free"
+    label = "FedRAC (data-free)"
+
+    def __init__(self, **kwargs) -> None:
+        kwargs.setdefault("contributions", "celm")
+        kwargs.setdefault("candidate_score", "probe")
         super().__init__(**kwargs)

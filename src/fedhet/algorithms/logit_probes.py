@@ -206,3 +206,46 @@ def maximize_class_logits(
     if layers is not None:
         return maximize_logits_mlp(layers, noise, steps=steps, lr=lr, l2=l2)
     return maximize_logits_batched(template, states, noise, steps=steps, lr=lr, l2=l2)
+
+
+def grow_class_inputs(
+    model: nn.Module,
+    input_shape: Sequence[int],
+    num_classes: int,
+    *,
+    per_class: int,
+    depths: Sequence[int],
+    lr: float = 0.05,
+    l2: float = 1e-3,
+    init_scale: float = 1.0,
+    generator: torch.Generator | None = None,
+) -> tuple[Tensor, Tensor]:
+    """Synthetic labelled inputs grown from the model alone [ours, docs/data-free-fairness.md]: ``per_class``
+    start points x⁰ ~ N(0, init_scale²) per class, Adam ascent on s_c(x) − λ‖x‖² (the probe's objective),
+    each kept after every step count in ``depths``. Shallow copies are barely moved from noise (hard), deep
+    ones are class prototypes (easy), so accuracy on them falls smoothly as a model loses capacity.
+
+    Returns x (len(depths)·per_class·K, *input_shape) and the class each was grown for, depth-major.
+    """
+    depths = sorted({int(d) for d in depths})
+    if not depths or depths[0] < 1:
+        raise ConfigError(f"depths must be positive step counts, got {list(depths)}")
+    gen = generator if generator is not None else torch.Generator().manual_seed(0)
+    device = next(model.parameters()).device
+    start = init_scale * torch.randn((per_class * num_classes, *input_shape), generator=gen)
+    labels = torch.arange(num_classes, device=device).repeat(per_class)
+    rows = torch.arange(len(labels), device=device)
+    x = start.to(device).requires_grad_(True)
+    opt = AdamAscent(x, lr)
+    kept = []
+    was_training = model.training
+    model.eval()
+    try:
+        for step in range(1, depths[-1] + 1):
+            (grad,) = torch.autograd.grad(model(x)[rows, labels].sum(), x)
+            opt.step(_ascent_gradient(grad, x, l2))
+            if step in depths:
+                kept.append(x.detach().clone())
+    finally:
+        model.train(was_training)
+    return torch.cat(kept), labels.repeat(len(depths))

@@ -24,8 +24,15 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
+from fedhet.algorithms.celm import (
+    EvidenceContributions,
+    head_keeping_instructions,
+    probe_generator,
+    warmup_rounds,
+)
 from fedhet.algorithms.fedavg import FedAvg
-from fedhet.algorithms.params import check_flag, check_integer, check_number
+from fedhet.algorithms.logit_probes import grow_class_inputs
+from fedhet.algorithms.params import check_choice, check_flag, check_integer, check_number
 from fedhet.engine.protocol import FederationInfo, Instruction, Reply
 from fedhet.errors import ConfigError
 from fedhet.models.masks import nested_prefix_masks, unit_groups
@@ -51,6 +58,17 @@ MODEL_DEFAULTS: dict[str, dict[str, Any]] = {
     },
 }
 
+#: Where the contributions c_i come from: the standalone pre-pass (the paper) or CELM's evidence, estimated
+#: during the method's own first rounds (data-free, docs/data-free-fairness.md).
+CONTRIBUTION_SOURCES = ("standalone", "celm")
+#: How candidate submodels are scored: accuracy on the server validation set (the paper) or relative
+#: accuracy on inputs grown from the global model (data-free).
+CANDIDATE_SCORES = ("validation", "probe")
+#: Which of CELM's evidence summaries is the reputation when ``contributions = "celm"``.
+EVIDENCE_REPUTATIONS = ("coverage", "weights")
+#: Stream of the candidate-score inputs' noise, apart from CELM's probe noise.
+SCORE_STREAM = 0x5C0
+
 #: Rows of the nested-prefix fast path per chunk (an (H, B) activation; 8192 x 200 floats = 6.5 MB).
 _FAST_BATCH = 8192
 
@@ -72,6 +90,35 @@ def reputation_thresholds(
     """r_i = c_i + (Acc_g − tmp)·c_i^n/100 with tmp = ratio·Acc_g (methods §3.4 step 4, accuracy units)."""
     tmp = ratio * global_accuracy
     return np.asarray(standalone, dtype=np.float64) + (global_accuracy - tmp) * np.asarray(sharpened) / 100.0
+
+
+def evidence_coverage(raw: np.ndarray) -> np.ndarray:
+    """[ours] κ_i = (1/K) Σ_c max(0, q̃_{i,c}) / max_c' max(0, q̃_{i,c'}); 0 for a row with no positive entry.
+
+    q̃ is CELM's raw evidence (N, K), each model's maximised logit per class. Each model is measured against
+    its own strongest class, so its logit scale drops out (a one-class head pushes its class's logit far
+    higher than a ten-class head pushes any), and κ_i ∈ [0, 1] is the share of the classes the client's
+    model holds evidence for: the data-free analogue of a standalone accuracy. CELM's own weights share each
+    class's de-biased evidence among its holders instead, which values rare classes (its contribution).
+    """
+    q = np.maximum(np.asarray(raw, dtype=np.float64), 0.0)
+    top = q.max(axis=1, keepdims=True)
+    ratio = np.divide(q, top, out=np.zeros_like(q), where=top > 0)
+    return ratio.mean(axis=1)
+
+
+def relative_reputation(values: np.ndarray) -> np.ndarray:
+    """ρ_i = v_i / max_j v_j: contributions relative to the top client's (all ones if none is positive)."""
+    v = np.asarray(values, dtype=np.float64)
+    top = float(v.max()) if v.size else 0.0
+    return v / top if top > 0 else np.ones_like(v)
+
+
+def relative_scores(accuracies: np.ndarray) -> np.ndarray:
+    """Candidate accuracies relative to the full model's (the last candidate), which scores 1 [ours]."""
+    a = np.asarray(accuracies, dtype=np.float64)
+    full = float(a[-1])
+    return a / full if full > 0 else a.copy()
 
 
 def candidate_sizes(total: int, step: int) -> list[int]:
@@ -288,8 +335,56 @@ class SubmodelStrategy(FedAvg):
         validation_samples: int | None = None,
         mask_off_by_one: bool = False,
         strict_sizes: bool = False,
+        contributions: str = "standalone",
+        candidate_score: str = "validation",
+        contribution_warmup: float = 0.05,
+        reputation: str = "coverage",
+        score_per_class: int = 20,
+        score_depths: Sequence[int] = (1, 2, 3, 5, 8),
     ) -> None:
         super().__init__(weighting="uniform", reward="none")
+        self.contribution_source = check_choice(
+            "contributions",
+            contributions,
+            CONTRIBUTION_SOURCES,
+            hint="'standalone': each client's standalone accuracy (the paper, a pre-pass); 'celm': CELM's "
+            "evidence, estimated during the first rounds without data",
+        )
+        self.candidate_score = check_choice(
+            "candidate_score",
+            candidate_score,
+            CANDIDATE_SCORES,
+            hint="'validation': accuracy on the server validation set (the paper); 'probe': relative "
+            "accuracy on inputs grown from the global model, no data",
+        )
+        self.contribution_warmup = check_number(
+            "contribution_warmup",
+            contribution_warmup,
+            0.0,
+            1.0,
+            low_open=True,
+            hint="the share of the rounds CELM's estimate runs for (its warm-up), default 0.05",
+        )
+        self.evidence_reputation = check_choice(
+            "reputation",
+            reputation,
+            EVIDENCE_REPUTATIONS,
+            hint="'coverage': evidence against the strongest client per class; 'weights': CELM's weights",
+        )
+        self.score_per_class = check_integer("score_per_class", score_per_class, 1, hint="default 20")
+        if (
+            isinstance(score_depths, str | bytes)
+            or not all(isinstance(d, int) and not isinstance(d, bool) and d >= 1 for d in score_depths)
+            or not len(score_depths)
+        ):
+            raise ConfigError(
+                f"method.params.score_depths = {score_depths!r}: give a list of positive ascent step counts, "
+                "e.g. [1, 2, 3, 5, 8]"
+            )
+        self.score_depths = tuple(sorted(set(score_depths)))
+        if self.contribution_source == "celm":
+            self.model_needs = self.model_needs | {"head"}  # the clients keep their heads during the estimate
+            self.estimator = EvidenceContributions()
         if sharpness is not None:
             check_number("sharpness", sharpness, 0.0)
         for key, value in (("candidate_step", candidate_step), ("candidate_step_late", candidate_step_late)):
@@ -331,11 +426,18 @@ class SubmodelStrategy(FedAvg):
         return self.model_defaults()[key] if value is None else value
 
     def requirements(self) -> frozenset[str]:
-        """Candidates are scored on a server validation set; contributions are the reference accuracies."""
-        return frozenset({"validation", "reference_contributions"})
+        """The paper's inputs: a server validation set (candidate scores) and the reference accuracies
+        (contributions); ``candidate_score = "probe"`` and ``contributions = "celm"`` drop one each."""
+        needs = set()
+        if self.candidate_score == "validation":
+            needs.add("validation")
+        if self.contribution_source == "standalone":
+            needs.add("reference_contributions")
+        return frozenset(needs)
 
     def config_defaults(self) -> dict[str, Any]:
-        """A 10% validation split and, for the default model, mlp200 (the papers' maskable MLP)."""
+        """A 10% validation split when candidates are scored on one and, for the default model, mlp200 (the
+        papers' maskable MLP)."""
         return {**super().config_defaults(), "model.name": "mlp200"}
 
     def setup(self, info: FederationInfo) -> None:
@@ -358,16 +460,84 @@ class SubmodelStrategy(FedAvg):
                     f"fewer than the {info.num_clients} clients need for strictly increasing sizes; use "
                     f"method.params.candidate_step <= {self.units // info.num_clients}"
                 )
-        self.standalone = np.asarray(info.reference_contributions, dtype=np.float64)
-        self.sharpened = sharpen_contributions(self.standalone, self.sharpness)
-        # Ascending contribution, ties by client id; the last is the top contributor (full model).
-        self.rank_order = np.argsort(self.standalone, kind="stable")
-        self.val_x, self.val_y = validation_subset(info.validation, self.validation_samples, info.rng)
+        #: The first round that allocates submodels: 2 (round 1 trains the full model), or the first after
+        #: CELM's estimate, whose rounds train the full model with the clients keeping their heads.
+        self.first_allocation = 2
+        if self.contribution_source == "standalone":
+            self.set_reputation(np.asarray(info.reference_contributions, dtype=np.float64))
+        else:
+            self.estimator.setup(info)
+            self.estimate_rounds = warmup_rounds(self.contribution_warmup, info.rounds)
+            self.first_allocation = max(2, self.estimate_rounds + 1)
+            self.backbone_keys = list(info.model.backbone_keys())
+            self.with_heads: set[int] = set()
+            self.coverage = np.full(info.num_clients, np.nan)
+            self.reputation = np.full(info.num_clients, np.nan)
+            self.sharpened = np.full(info.num_clients, np.nan)
+        if self.candidate_score == "validation":
+            self.val_x, self.val_y = validation_subset(info.validation, self.validation_samples, info.rng)
         self.frequency = torch.zeros(self.units, dtype=torch.int64)
         self.masks = torch.ones(info.num_clients, self.units)
         self.snapshot_every = max(1, info.rounds // 10)
         self.snapshots: dict[str, Tensor] = {}
         self.last_round_info: dict[str, Any] = {}
+
+    def set_reputation(self, values: np.ndarray) -> None:
+        """Contributions c (accuracies, or relative evidence): sharpened c^n and the ascending rank order."""
+        self.reputation = np.asarray(values, dtype=np.float64)
+        self.sharpened = sharpen_contributions(self.reputation, self.sharpness)
+        # Ascending contribution, ties by client id; the last is the top contributor (full model).
+        self.rank_order = np.argsort(self.reputation, kind="stable")
+
+    def estimating(self, rnd: int) -> bool:
+        """Whether round ``rnd`` is one of CELM's estimation rounds (``contributions = "celm"``)."""
+        return self.contribution_source == "celm" and rnd <= self.estimate_rounds
+
+    def before_aggregate(self, rnd: int, replies: Mapping[int, Reply]) -> None:
+        """In an estimation round: probe w_g^{t−1} and the client models (CELM, methods §1.1), update c and
+        the coverage; after the last one, the reputation is fixed from them."""
+        if not (replies and self.estimating(rnd)):
+            return
+        ids = sorted(replies)
+        self.with_heads.update(ids)
+        states = [self.model.state_dict(), *(replies[c].weights for c in ids)]
+        self.estimator.update(rnd, ids, states)
+        coverage = evidence_coverage(self.estimator.evidence[-1]["raw"][ids])
+        previous = self.coverage[ids]
+        momentum = self.estimator.ema_momentum
+        # The coverage's EMA starts at its first estimate (CELM's c starts at 1/N, which has no meaning here).
+        blended = momentum * previous + (1 - momentum) * coverage
+        self.coverage[ids] = np.where(np.isnan(previous), coverage, blended)
+        if rnd == self.estimate_rounds:
+            self.fix_reputation()
+
+    def fix_reputation(self) -> None:
+        """ρ from CELM's estimate (coverage or weights, relative to the top client); a client never seen in
+        the estimate gets 0, the lowest reputation."""
+        evidence = self.coverage if self.evidence_reputation == "coverage" else self.estimator.contribution
+        self.set_reputation(relative_reputation(np.nan_to_num(evidence, nan=0.0)))
+
+    def candidate_scores(self, candidates: Tensor, rnd: int) -> np.ndarray:
+        """A_s of every candidate: validation accuracy (the paper), or [ours] relative accuracy on inputs
+        grown from the global model this round (:func:`grow_class_inputs`; the full model scores 1)."""
+        if self.candidate_score == "validation":
+            return masked_accuracies(self.model, self.val_x, self.val_y, candidates)
+        x, y = grow_class_inputs(
+            self.model,
+            self.info.input_shape,
+            self.info.num_classes,
+            per_class=self.score_per_class,
+            depths=self.score_depths,
+            generator=probe_generator(self.info.seed, rnd, SCORE_STREAM),
+        )
+        return relative_scores(masked_accuracies(self.model, x, y, candidates))
+
+    def threshold_base(self, full_score: float) -> np.ndarray:
+        """The c_i term of r_i in the candidates' units: the standalone accuracies themselves when both are
+        accuracies (the paper); otherwise ρ_i = c_i / max c, a share of the full model's score."""
+        if self.contribution_source == "standalone" and self.candidate_score == "validation":
+            return self.reputation
+        return relative_reputation(self.reputation) * full_score
 
     # -- hooks subclasses override ----------------------------------------------------------------------
     def unit_order(self, rnd: int) -> Tensor:
@@ -395,11 +565,13 @@ class SubmodelStrategy(FedAvg):
         sizes = candidate_sizes(self.units, self.candidate_step(rnd))
         started = time.perf_counter()
         candidates = nested_prefix_masks(order, sizes, self.units)
-        accuracies = masked_accuracies(self.model, self.val_x, self.val_y, candidates)
+        accuracies = self.candidate_scores(candidates, rnd)
         self.candidate_seconds.append(time.perf_counter() - started)
         global_accuracy = float(accuracies[-1])  # the last candidate is the full model
         ratio = self.threshold_ratio(rnd)
-        thresholds = reputation_thresholds(self.standalone, self.sharpened, global_accuracy, ratio)
+        thresholds = reputation_thresholds(
+            self.threshold_base(global_accuracy), self.sharpened, global_accuracy, ratio
+        )
         ranked = self.rank_order
         low_sizes = allocate_sizes(
             thresholds[ranked[:-1]],
@@ -414,21 +586,30 @@ class SubmodelStrategy(FedAvg):
         self.masks = self.build_masks(order, client_sizes, rnd).cpu()
         self.last_round_info = {
             "mask_sizes": client_sizes.tolist(),
-            "validation_accuracy": global_accuracy,
             "threshold_ratio": ratio,
             "thresholds": thresholds.tolist(),
         }
+        if self.candidate_score == "validation":  # the probe's relative score of the full model is 1
+            self.last_round_info["validation_accuracy"] = global_accuracy
 
     def configure(self, rnd: int, client_ids: list[int]) -> dict[int, Instruction]:
         """Allocate (from round 2 on) and send each client the global model with its mask."""
         self.last_round_info = {}
-        if rnd >= 2:
+        if rnd >= self.first_allocation:
+            if np.isnan(self.reputation).any():  # the last estimation round had no replies
+                self.fix_reputation()
             self.allocate(rnd)
             self.frequency += self.masks[client_ids].sum(0).round().long()
         if rnd % self.snapshot_every == 0 or rnd == self.info.rounds:
             self.snapshots[str(rnd)] = self.frequency.clone()
         weights = self.global_weights()
-        return {cid: Instruction(weights=weights, mask=self.masks[cid].clone()) for cid in client_ids}
+        if self.estimating(rnd):
+            out = head_keeping_instructions(weights, self.backbone_keys, self.with_heads, client_ids)
+        else:
+            out = {cid: Instruction(weights=weights) for cid in client_ids}
+        for cid, instruction in out.items():
+            instruction.mask = self.masks[cid].clone()
+        return out
 
     def aggregate(self, rnd: int, replies: dict[int, Reply]) -> None:
         """Average each parameter over the clients whose update is non-zero there (methods §3.4 step 4)."""
@@ -463,27 +644,53 @@ class SubmodelStrategy(FedAvg):
         """Mask sizes, validation accuracy, thresholds and frequency-table moments of the round."""
         freq = self.frequency.double()
         out: dict[str, Any] = dict(self.last_round_info)
-        if rnd == 1:
+        if rnd < self.first_allocation:
             out["mask_sizes"] = [self.units] * self.info.num_clients
+        if rnd == self.first_allocation - 1:
             out["sharpened_contributions"] = self.sharpened.tolist()
         out["frequency_mean"] = float(freq.mean())
         out["frequency_var"] = float(freq.var(unbiased=False))
         return out
 
+    def contributions(self) -> np.ndarray | None:
+        """ρ, the reputation estimated from CELM's evidence, once fixed (``contributions = "celm"``); None
+        with standalone contributions, which are the fairness reference itself."""
+        if self.contribution_source == "standalone" or np.isnan(self.reputation).any():
+            return None
+        return self.reputation.copy()
+
     # -- state ------------------------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
-        return {
+        sd = {
             "model": dict(self.model.state_dict()),
             "frequency": self.frequency.clone(),
             "masks": self.masks.clone(),
             "snapshots": {k: v.clone() for k, v in self.snapshots.items()},
         }
+        if self.contribution_source == "celm":
+            sd["estimate"] = {
+                **self.estimator.state_dict(),
+                "with_heads": sorted(self.with_heads),
+                "coverage": self.coverage.copy(),
+                "reputation": self.reputation.copy(),
+            }
+        return sd
 
     def load_state_dict(self, sd: Mapping[str, Any]) -> None:
         self.model.load_state_dict(sd["model"])
         self.frequency = sd["frequency"].clone().to(torch.int64)
         self.masks = sd["masks"].clone().float()
         self.snapshots = {k: v.clone().to(torch.int64) for k, v in sd.get("snapshots", {}).items()}
+        if self.contribution_source == "celm":
+            state = sd["estimate"]
+            self.estimator.load_state_dict(state)
+            self.with_heads = {int(c) for c in state["with_heads"]}
+            self.coverage = np.asarray(state["coverage"], dtype=np.float64).copy()
+            reputation = np.asarray(state["reputation"], dtype=np.float64)
+            if np.isnan(reputation).any():
+                self.reputation = reputation.copy()
+            else:
+                self.set_reputation(reputation)
 
     # -- records ----------------------------------------------------------------------------------------
     def run_records(self) -> dict[str, Any]:
@@ -491,7 +698,9 @@ class SubmodelStrategy(FedAvg):
         return {
             "submodel": {
                 "label": self.label,
-                "standalone": self.standalone.tolist(),
+                "contributions": self.contribution_source,
+                "candidate_score": self.candidate_score,
+                "reputation": self.reputation.tolist(),
                 "sharpened": self.sharpened.tolist(),
                 "mask_sizes": self.masks.sum(1).round().long().tolist(),
                 "units": self.units,
@@ -499,6 +708,11 @@ class SubmodelStrategy(FedAvg):
                 "frequency_snapshots": {k: v.tolist() for k, v in self.snapshots.items()},
                 "candidate_eval_seconds_mean": (
                     float(np.mean(self.candidate_seconds)) if self.candidate_seconds else None
+                ),
+                **(
+                    {"estimate_rounds": self.estimate_rounds, "evidence": self.estimator.evidence}
+                    if self.contribution_source == "celm"
+                    else {}
                 ),
             }
         }

@@ -148,15 +148,22 @@ def _bcf_alpha(run: Path) -> float:
 
 def write_submodel(run: Path, record: dict[str, Any], lines: list[dict], summary: dict) -> None:
     """clients.csv, unit_frequency.csv, fairness_summary.json and four figures (see docs/fedrac.md)."""
-    standalone = np.asarray(record["standalone"], dtype=np.float64)
+    # The reputation the method allocated by: the standalone accuracies (the paper), or relative evidence
+    # (data-free FedRAC); runs before the data-free option recorded it as "standalone".
+    reputation = np.asarray(record.get("reputation", record.get("standalone")), dtype=np.float64)
     sharpened = np.asarray(record["sharpened"], dtype=np.float64)
     sizes = record["mask_sizes"]
-    n = len(standalone)
+    n = len(reputation)
+    # The evaluation's standalone accuracies (the fairness reference), which a data-free method never saw.
+    # Without it (eval.fairness = false) the figures plot against the reputation instead.
+    standalone = np.asarray(summary.get("standalone") or reputation, dtype=np.float64)
     rewards = summary.get("rewards") or [math.nan] * n
-    rows = ["client,standalone,sharpened_contribution,mask_size,reward"]
+    rows = ["client,standalone,reputation,sharpened_contribution,mask_size,reward"]
     for cid in range(n):
         reward = rewards[cid] if rewards[cid] is not None else math.nan
-        rows.append(f"{cid},{standalone[cid]:.6f},{sharpened[cid]:.6f},{sizes[cid]},{reward:.6f}")
+        rows.append(
+            f"{cid},{standalone[cid]:.6f},{reputation[cid]:.6f},{sharpened[cid]:.6f},{sizes[cid]},{reward:.6f}"
+        )
     (run / "clients.csv").write_text("\n".join(rows) + "\n")
     snapshots = {int(r): np.asarray(v) for r, v in record["frequency_snapshots"].items()}
     freq_rows = ["round," + ",".join(f"unit_{u}" for u in range(record["units"]))]
