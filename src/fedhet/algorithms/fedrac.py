@@ -55,7 +55,8 @@ class FedRAC(SubmodelStrategy):
         contribution_warmup: float = 0.05,
         reputation: str = "coverage",
         score_per_class: int = 20,
-        score_depths: Sequence[int] = (1, 2, 3, 5, 8),
+        score_depths: Sequence[int] = (1, 2, 3, 4, 5, 6, 7, 8),
+        score_lr: float = 0.2,
     ) -> None:
         super().__init__(
             sharpness=sharpness,
@@ -71,6 +72,7 @@ class FedRAC(SubmodelStrategy):
             reputation=reputation,
             score_per_class=score_per_class,
             score_depths=score_depths,
+            score_lr=score_lr,
         )
         for key, value in (
             ("reputation_ratio", reputation_ratio),
@@ -116,7 +118,8 @@ class FedRACFixedRatio(SubmodelStrategy):
         contribution_warmup: float = 0.05,
         reputation: str = "coverage",
         score_per_class: int = 20,
-        score_depths: Sequence[int] = (1, 2, 3, 5, 8),
+        score_depths: Sequence[int] = (1, 2, 3, 4, 5, 6, 7, 8),
+        score_lr: float = 0.2,
     ) -> None:
         super().__init__(
             sharpness=sharpness,
@@ -132,6 +135,7 @@ class FedRACFixedRatio(SubmodelStrategy):
             reputation=reputation,
             score_per_class=score_per_class,
             score_depths=score_depths,
+            score_lr=score_lr,
         )
         check_number("fixed_ratio", fixed_ratio, 0.0, 1.0)
         self.fixed_ratio = float(fixed_ratio)

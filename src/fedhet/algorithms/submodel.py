@@ -340,7 +340,8 @@ class SubmodelStrategy(FedAvg):
         contribution_warmup: float = 0.05,
         reputation: str = "coverage",
         score_per_class: int = 20,
-        score_depths: Sequence[int] = (1, 2, 3, 5, 8),
+        score_depths: Sequence[int] = (1, 2, 3, 4, 5, 6, 7, 8),
+        score_lr: float = 0.2,
     ) -> None:
         super().__init__(weighting="uniform", reward="none")
         self.contribution_source = check_choice(
@@ -379,9 +380,10 @@ class SubmodelStrategy(FedAvg):
         ):
             raise ConfigError(
                 f"method.params.score_depths = {score_depths!r}: give a list of positive ascent step counts, "
-                "e.g. [1, 2, 3, 5, 8]"
+                "e.g. [1, 2, 4, 8]"
             )
         self.score_depths = tuple(sorted(set(score_depths)))
+        self.score_lr = check_number("score_lr", score_lr, 0.0, low_open=True, hint="default 0.2")
         if self.contribution_source == "celm":
             self.model_needs = self.model_needs | {"head"}  # the clients keep their heads during the estimate
             self.estimator = EvidenceContributions()
@@ -528,6 +530,7 @@ class SubmodelStrategy(FedAvg):
             self.info.num_classes,
             per_class=self.score_per_class,
             depths=self.score_depths,
+            lr=self.score_lr,
             generator=probe_generator(self.info.seed, rnd, SCORE_STREAM),
         )
         return relative_scores(masked_accuracies(self.model, x, y, candidates))

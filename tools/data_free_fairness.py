@@ -1,0 +1,172 @@
+"""Data-free FedRAC against the paper's FedRAC on Fashion-MNIST CLA, POW and DIR(7.0)
+(docs/data-free-fairness.md; issue 20, part 1).
+
+    python tools/data_free_fairness.py run    [--seeds 3] [--jobs 2] [--out runs/data-free]
+    python tools/data_free_fairness.py table  [--out runs/data-free]
+    python tools/data_free_fairness.py figure [--out runs/data-free] [--png docs/figures/PNG]
+
+``run`` calls ``fedhet compare`` once per setting with FedRAC (standalone contributions, validation scores)
+and ``fedrac-data-free`` (CELM-evidence reputations, probe scores), the configs' rounds (CLA 1,000 as in
+docs/fedrac.md; POW and DIR(7.0) 2,000); then the two one-sided ablations on CLA; then, per setting, one
+timed standalone run (seed 0): the pre-pass the paper's FedRAC needs before its first round. Finished cells
+are reused, so an interrupted run resumes.
+
+``table`` prints the comparison: fairness (100 × Pearson of the final reward accuracies with the standalone
+accuracies, which only the evaluation computes) best over the evaluated rounds, final, and the mean of the
+last 100 rounds; maximum accuracy; BCF rate; the reputation's Pearson with the standalone accuracies; wall
+time per run. Mean ± std over seeds.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+#: setting -> (config, extra compare arguments)
+SETTINGS: dict[str, tuple[str, list[str]]] = {
+    "cla": ("configs/fedrac/fashion-mnist-cla.toml", ["--rounds", "1000"]),
+    "pow": ("configs/fedrac/fashion-mnist-pow.toml", []),
+    "dir7": ("configs/fedrac/fashion-mnist-dir7.toml", []),
+}
+LABELS = {"cla": "CLA", "pow": "POW", "dir7": "DIR(7.0)"}
+#: The one-sided ablations on CLA: directory -> the parameter set back to the paper's.
+ABLATIONS = {
+    "cla-celm-only": "fedrac-data-free.candidate_score=validation",
+    "cla-probe-only": "fedrac-data-free.contributions=standalone",
+}
+METHODS = {"fedrac": "FedRAC (standalone + validation)", "fedrac-data-free": "FedRAC, data-free"}
+
+
+def _compare(config: str, methods: str, out: Path, seeds: int, jobs: int, extra: list[str]) -> None:
+    cmd = [
+        sys.executable, "-m", "fedhet.cli", "compare", config, "--methods", methods, "--seeds", str(seeds),
+        "--jobs", str(jobs), "--out", str(out), "--quiet", "--no-report", *extra,
+    ]  # fmt: skip
+    print("+", " ".join(cmd), flush=True)
+    subprocess.run(cmd, check=True)
+
+
+def run(out: Path, seeds: int, jobs: int) -> None:
+    for name, (config, extra) in SETTINGS.items():
+        _compare(config, "fedrac,fedrac-data-free", out / name, seeds, jobs, extra)
+    for name, param in ABLATIONS.items():
+        config, extra = SETTINGS["cla"]
+        _compare(config, "fedrac-data-free", out / name, seeds, jobs, [*extra, "--method-param", param])
+    for name, (config, extra) in SETTINGS.items():
+        target = out / "standalone" / name
+        if (target / "summary.json").is_file():
+            continue
+        cmd = [sys.executable, "-m", "fedhet.cli", "run", config, "--method", "standalone", "--seed", "0"]
+        cmd += [*extra, "--out", str(target), "--quiet", "--overwrite"]
+        print("+", " ".join(cmd), flush=True)
+        started = time.perf_counter()
+        subprocess.run(cmd, check=True)
+        (target / "elapsed.json").write_text(json.dumps({"seconds": time.perf_counter() - started}))
+
+
+def _summaries(directory: Path, method: str) -> list[dict]:
+    return [json.loads(p.read_text()) for p in sorted(directory.glob(f"{method}-seed*/summary.json"))]
+
+
+def _cell(values: list[float], scale: float = 1.0, digits: int = 2) -> str:
+    v = np.asarray([x for x in values if x is not None], dtype=np.float64) * scale
+    if v.size == 0:
+        return "—"
+    return f"{v.mean():.{digits}f} ± {v.std():.{digits}f}"
+
+
+def _row(label: str, runs: list[dict]) -> str:
+    pick = lambda view, key: [r[view].get(key) for r in runs]  # noqa: E731
+    cells = [
+        _cell(pick("best", "fairness_pearson")),
+        _cell(pick("final", "fairness_pearson")),
+        _cell(pick("last", "fairness_pearson")),
+        _cell(pick("best", "accuracy")),
+        _cell(pick("final", "bcf_rate")),
+        _cell(pick("final", "contribution_fairness_pearson"))
+        if runs[0]["contributions"]
+        else "(c = standalone)",
+        _cell([r["wall_time_s"] / 60 for r in runs], digits=1),
+    ]
+    return f"| {label} | " + " | ".join(cells) + f" | {len(runs)} |"
+
+
+def table(out: Path) -> None:
+    head = (
+        "| method | fairness best | fairness final | fairness last 100 | max accuracy % | BCF rate final "
+        "| reputation ρ vs standalone | wall min / run | seeds |\n|---|---|---|---|---|---|---|---|---|"
+    )
+    for name in SETTINGS:
+        if not (out / name).is_dir():
+            continue
+        print(f"\n**{LABELS[name]}**\n\n{head}")
+        for method, label in METHODS.items():
+            runs = _summaries(out / name, method)
+            if runs:
+                print(_row(label, runs))
+        if name == "cla":
+            for ablation, param in ABLATIONS.items():
+                runs = _summaries(out / ablation, "fedrac-data-free")
+                if runs:
+                    print(_row(f"data-free with `{param.split('.', 1)[1]}`", runs))
+        elapsed = out / "standalone" / name / "elapsed.json"
+        if elapsed.is_file():
+            seconds = json.loads(elapsed.read_text())["seconds"]
+            print(f"\nStandalone pre-pass (seed 0, the paper's FedRAC only): {seconds / 60:.1f} min.")
+
+
+def figure(out: Path, png: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    names = [n for n in SETTINGS if (out / n).is_dir()]
+    fig, axes = plt.subplots(1, len(names), figsize=(4.2 * len(names), 3.8), squeeze=False)
+    for ax, name in zip(axes[0], names, strict=True):
+        for method, marker in (("fedrac", "o"), ("fedrac-data-free", "x")):
+            for k, run in enumerate(_summaries(out / name, method)):
+                ax.scatter(
+                    np.asarray(run["standalone"]) * 100,
+                    np.asarray(run["rewards"]) * 100,
+                    marker=marker,
+                    color=f"C{0 if method == 'fedrac' else 1}",
+                    alpha=0.8,
+                    label=METHODS[method] if k == 0 else None,
+                )
+        ax.set_title(f"Fashion-MNIST {LABELS[name]}")
+        ax.set_xlabel("standalone accuracy, % (evaluation only)")
+        ax.set_ylabel("final reward accuracy, %")
+        ax.grid(alpha=0.3)
+    axes[0][0].legend(fontsize=8)
+    fig.tight_layout()
+    png.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(png, dpi=110)
+    print(f"wrote {png}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("action", choices=["run", "table", "figure"])
+    parser.add_argument("--out", type=Path, default=Path("runs/data-free"))
+    parser.add_argument("--seeds", type=int, default=3)
+    parser.add_argument("--jobs", type=int, default=2)
+    parser.add_argument("--png", type=Path, default=Path("docs/figures/data_free_fairness.png"))
+    args = parser.parse_args(argv)
+    if args.action == "run":
+        run(args.out, args.seeds, args.jobs)
+    elif args.action == "table":
+        table(args.out)
+    else:
+        figure(args.out, args.png)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
