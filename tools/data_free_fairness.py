@@ -4,6 +4,7 @@
     python tools/data_free_fairness.py run    [--seeds 3] [--jobs 2] [--out runs/data-free]
     python tools/data_free_fairness.py table  [--out runs/data-free]
     python tools/data_free_fairness.py figure [--out runs/data-free] [--png docs/figures/PNG]
+    python tools/data_free_fairness.py calibrate CHECKPOINT_DIR...
 
 ``run`` calls ``fedhet compare`` once per setting with FedRAC (standalone contributions, validation scores)
 and ``fedrac-data-free`` (CELM-evidence reputations, probe scores), the configs' rounds (CLA 1,000 as in
@@ -15,6 +16,11 @@ are reused, so an interrupted run resumes.
 accuracies, which only the evaluation computes) best over the evaluated rounds, final, and the mean of the
 last 100 rounds; maximum accuracy; BCF rate; the reputation's Pearson with the standalone accuracies; wall
 time per run. Mean ± std over seeds.
+
+``calibrate`` loads FedRAC global models from run checkpoints (``.../checkpoints/round_NNNNN``) and, over the
+nested least-used-first candidates of step 8, compares the probe score of each setting below with the real
+relative accuracy (test accuracy ÷ the full model's, on 5,000 test images): Pearson and mean absolute error.
+The default score settings were chosen this way on the CLA seed-0 checkpoints (docs/data-free-fairness.md).
 """
 
 from __future__ import annotations
@@ -71,7 +77,13 @@ def run(out: Path, seeds: int, jobs: int) -> None:
 
 
 def _summaries(directory: Path, method: str) -> list[dict]:
-    return [json.loads(p.read_text()) for p in sorted(directory.glob(f"{method}-seed*/summary.json"))]
+    """Each run's summary.json, with its fairness_summary.json (best / final / last-100 means) as "window"."""
+    out = []
+    for path in sorted(directory.glob(f"{method}-seed*/summary.json")):
+        summary = json.loads(path.read_text())
+        summary["window"] = json.loads((path.parent / "fairness_summary.json").read_text())
+        out.append(summary)
+    return out
 
 
 def _cell(values: list[float], scale: float = 1.0, digits: int = 2) -> str:
@@ -86,8 +98,8 @@ def _row(label: str, runs: list[dict]) -> str:
     cells = [
         _cell(pick("best", "fairness_pearson")),
         _cell(pick("final", "fairness_pearson")),
-        _cell(pick("last", "fairness_pearson")),
-        _cell(pick("best", "accuracy")),
+        _cell([r["window"]["fairness_pearson"]["last100_mean"] for r in runs]),
+        _cell(pick("best", "accuracy"), scale=100.0),
         _cell(pick("final", "bcf_rate")),
         _cell(pick("final", "contribution_fairness_pearson"))
         if runs[0]["contributions"]
@@ -151,9 +163,55 @@ def figure(out: Path, png: Path) -> None:
     print(f"wrote {png}")
 
 
+#: Probe-score settings ``calibrate`` compares: label -> grow_class_inputs arguments.
+SCORE_SETTINGS = {
+    "lr 0.05, iterates 1,2,3,5,8": {"depths": (1, 2, 3, 5, 8), "lr": 0.05},
+    "lr 0.2, iterates 1,2,3,5,8": {"depths": (1, 2, 3, 5, 8), "lr": 0.2},
+    "lr 0.2, iterates 1-8 (default)": {"depths": tuple(range(1, 9)), "lr": 0.2},
+    "lr 0.5, iterates 1,2,3,5,8": {"depths": (1, 2, 3, 5, 8), "lr": 0.5},
+}
+
+
+def calibrate(checkpoints: list[Path]) -> None:
+    import torch
+    from safetensors.torch import load_file
+
+    from fedhet.algorithms.logit_probes import grow_class_inputs
+    from fedhet.algorithms.submodel import candidate_sizes, masked_accuracies, relative_scores
+    from fedhet.data.datasets import load_dataset
+    from fedhet.models import build_model
+    from fedhet.models.masks import nested_prefix_masks
+
+    torch.set_num_threads(1)
+    ds = load_dataset("fashion-mnist")
+    x_test, y_test = ds.normalize(ds.test_x[:5000]), ds.test_y[:5000]
+    print("| checkpoint | full model accuracy | score setting | Pearson with real | mean abs. error |")
+    print("|---|---|---|---|---|")
+    for checkpoint in checkpoints:
+        tensors = load_file(checkpoint / "tensors.safetensors")
+        prefix = "/strategy/model/"
+        model = build_model("mlp200", ds.input_shape, ds.num_classes)
+        model.load_state_dict({k[len(prefix) :]: v for k, v in tensors.items() if k.startswith(prefix)})
+        order = torch.argsort(tensors["/strategy/frequency"], stable=True)
+        masks = nested_prefix_masks(order, candidate_sizes(model.maskable_units, 8), model.maskable_units)
+        real = masked_accuracies(model, x_test, y_test, masks)
+        relative = real / real[-1]
+        for label, kwargs in SCORE_SETTINGS.items():
+            gen = torch.Generator().manual_seed(5)
+            gx, gy = grow_class_inputs(
+                model, ds.input_shape, ds.num_classes, per_class=20, generator=gen, **kwargs
+            )
+            score = relative_scores(masked_accuracies(model, gx, gy, masks))
+            r = np.corrcoef(score, relative)[0, 1]
+            error = np.abs(score - relative).mean()
+            name = "/".join(checkpoint.parts[-4:])
+            print(f"| {name} | {real[-1] * 100:.2f} | {label} | {r:.3f} | {error:.3f} |")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("action", choices=["run", "table", "figure"])
+    parser.add_argument("action", choices=["run", "table", "figure", "calibrate"])
+    parser.add_argument("checkpoints", nargs="*", type=Path, help="calibrate: checkpoint directories")
     parser.add_argument("--out", type=Path, default=Path("runs/data-free"))
     parser.add_argument("--seeds", type=int, default=3)
     parser.add_argument("--jobs", type=int, default=2)
@@ -163,6 +221,8 @@ def main(argv: list[str] | None = None) -> int:
         run(args.out, args.seeds, args.jobs)
     elif args.action == "table":
         table(args.out)
+    elif args.action == "calibrate":
+        calibrate(args.checkpoints)
     else:
         figure(args.out, args.png)
     return 0
