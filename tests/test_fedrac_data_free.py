@@ -265,6 +265,12 @@ def test_estimation_rounds_keep_heads_then_allocation_uses_relative_reputations(
     expected = [p + (1 - ratio) * math.exp(80.0 * (p - rho.max())) for p in rho]
     np.testing.assert_allclose(four["thresholds"], expected, rtol=1e-12)
     assert "validation_accuracy" not in four  # nothing was scored on data
+    # The audit reads the run: the reputation as shares, and the estimate's evidence.
+    from fedhet.report.audit import load_audit
+
+    audit = load_audit(run)
+    np.testing.assert_allclose(audit.weights, rho / rho.sum(), rtol=1e-12)
+    assert [e["round"] for e in audit.evidence_rounds] == [1, 2, 3]
 
 
 def test_an_interrupted_data_free_run_resumes_with_identical_results(tmp_path):

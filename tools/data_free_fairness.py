@@ -104,6 +104,7 @@ def _row(label: str, runs: list[dict]) -> str:
         _cell(pick("final", "contribution_fairness_pearson"))
         if runs[0]["contributions"]
         else "(c = standalone)",
+        _cell([r["window"]["candidate_eval_seconds_mean"] * 1000 for r in runs], digits=0),
         _cell([r["wall_time_s"] / 60 for r in runs], digits=1),
     ]
     return f"| {label} | " + " | ".join(cells) + f" | {len(runs)} |"
@@ -112,7 +113,8 @@ def _row(label: str, runs: list[dict]) -> str:
 def table(out: Path) -> None:
     head = (
         "| method | fairness best | fairness final | fairness last 100 | max accuracy % | BCF rate final "
-        "| reputation ρ vs standalone | wall min / run | seeds |\n|---|---|---|---|---|---|---|---|---|"
+        "| reputation ρ vs standalone | candidates ms / round | wall min / run | seeds |\n"
+        "|---|---|---|---|---|---|---|---|---|---|"
     )
     for name in SETTINGS:
         if not (out / name).is_dir():
@@ -127,10 +129,33 @@ def table(out: Path) -> None:
                 runs = _summaries(out / ablation, "fedrac-data-free")
                 if runs:
                     print(_row(f"data-free with `{param.split('.', 1)[1]}`", runs))
+        weights = _weights_pearson(out / name)
+        if weights:
+            print(
+                f"\nReputation from CELM's weights instead of the coverage (recomputed from the recorded "
+                f'evidence, `reputation = "weights"`): Pearson with the standalone accuracies '
+                f"{_cell(weights, scale=100.0)}."
+            )
         elapsed = out / "standalone" / name / "elapsed.json"
         if elapsed.is_file():
             seconds = json.loads(elapsed.read_text())["seconds"]
             print(f"\nStandalone pre-pass (seed 0, the paper's FedRAC only): {seconds / 60:.1f} min.")
+
+
+def _weights_pearson(directory: Path) -> list[float]:
+    """Per data-free run: Pearson of CELM's own weights c (the EMA of the recorded per-round c̄, β = 0.5 from
+    c⁰ = 1/N, every client present) with the standalone accuracies."""
+    out = []
+    for run in _summaries(directory, "fedrac-data-free"):
+        record = json.loads((Path(run["run_dir"]) / "records.json").read_text())["submodel"]
+        scores = [np.asarray(e["scores"], dtype=np.float64) for e in record.get("evidence", [])]
+        if not scores:
+            continue
+        c = np.full(scores[0].shape, 1.0 / scores[0].size)
+        for c_bar in scores:
+            c = 0.5 * c + 0.5 * c_bar
+        out.append(float(np.corrcoef(c, run["standalone"])[0, 1]))
+    return out
 
 
 def figure(out: Path, png: Path) -> None:

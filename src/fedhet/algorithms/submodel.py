@@ -7,6 +7,11 @@ threshold that grows with c_i. Masks are nested prefixes of a unit order (FedRAC
 FedSAC: most important first), the top contributor gets the full model, and each parameter is averaged
 over the clients whose update is non-zero there.
 
+Data-free options [ours, docs/data-free-fairness.md]: ``contributions = "celm"`` estimates the reputation
+from CELM's evidence during the first rounds instead of reading the standalone accuracies, and
+``candidate_score = "probe"`` scores candidates on inputs grown from the global model instead of the
+validation set; thresholds are then in units of the full model's score.
+
 Here: the formulas of methods.md §3.4 (sharpened contributions, thresholds, candidate sizes, allocation,
 masked averaging), the batched evaluation of many masks, and :class:`SubmodelStrategy`. The methods
 (``fedrac.py``, ``fedsac.py``) choose the unit order and the threshold ratio.
@@ -596,7 +601,8 @@ class SubmodelStrategy(FedAvg):
             self.last_round_info["validation_accuracy"] = global_accuracy
 
     def configure(self, rnd: int, client_ids: list[int]) -> dict[int, Instruction]:
-        """Allocate (from round 2 on) and send each client the global model with its mask."""
+        """Allocate (from round 2 on, or after CELM's estimate) and send each client the global model with its
+        mask; during the estimate the clients keep their heads (CELM's warm-up message)."""
         self.last_round_info = {}
         if rnd >= self.first_allocation:
             if np.isnan(self.reputation).any():  # the last estimation round had no replies

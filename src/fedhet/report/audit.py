@@ -113,6 +113,9 @@ def load_audit(run_dir: Path, settings: AuditSettings | None = None) -> Audit:
     history = [(int(ln["round"]), ln["contributions"]) for ln in lines if ln.get("contributions")]
     if summary.get("contributions"):
         weights, source = float_array(summary["contributions"]), "contribution"
+        total = float(np.nansum(weights))
+        if total > 0 and abs(total - 1.0) > 1e-6:  # a reputation scale (data-free FedRAC's ρ): shares of it
+            weights = weights / total
     elif summary.get("rewards"):
         weights, source = float_array(summary["rewards"]), "reward"
         history = [(int(ln["round"]), ln["rewards"]) for ln in lines if ln.get("rewards")]
@@ -127,7 +130,8 @@ def load_audit(run_dir: Path, settings: AuditSettings | None = None) -> Audit:
         share = np.asarray(sizes, dtype=np.float64) / float(sum(sizes))
     records_path = run_dir / "records.json"
     records = json.loads(records_path.read_text()) if records_path.is_file() else {}
-    evidence = celm_evidence(records.get("celm", {}))
+    # CELM's evidence: CELM's own, or data-free FedRAC's estimate (the same records, under "submodel").
+    evidence = celm_evidence(records.get("celm") or records.get("submodel", {}))
     class_shares = _class_shares(evidence[-1]["debiased"]) if evidence else None
     audit = Audit(
         run_dir=run_dir,
