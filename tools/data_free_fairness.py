@@ -8,9 +8,10 @@
 
 ``run`` calls ``fedhet compare`` once per setting with FedRAC (standalone contributions, validation scores)
 and ``fedrac-data-free`` (CELM-evidence reputations, probe scores), the configs' rounds (CLA 1,000 as in
-docs/fedrac.md; POW and DIR(7.0) 2,000); then the two one-sided ablations on CLA; then, per setting, one
-timed standalone run (seed 0): the pre-pass the paper's FedRAC needs before its first round. Finished cells
-are reused, so an interrupted run resumes.
+docs/fedrac.md; POW and DIR(7.0) 2,000); then the one-sided ablations (CLA both, POW and DIR(7.0) the
+probe score with standalone contributions); then, per setting, one timed standalone run (seed 0): the
+pre-pass the paper's FedRAC needs before its first round. Finished cells are reused, so an interrupted run
+resumes.
 
 ``table`` prints the comparison: fairness (100 × Pearson of the final reward accuracies with the standalone
 accuracies, which only the evaluation computes) best over the evaluated rounds, final, and the mean of the
@@ -41,10 +42,12 @@ SETTINGS: dict[str, tuple[str, list[str]]] = {
     "dir7": ("configs/fedrac/fashion-mnist-dir7.toml", []),
 }
 LABELS = {"cla": "CLA", "pow": "POW", "dir7": "DIR(7.0)"}
-#: The one-sided ablations on CLA: directory -> the parameter set back to the paper's.
+#: The one-sided ablations: directory -> (setting, the parameter set back to the paper's).
 ABLATIONS = {
-    "cla-celm-only": "fedrac-data-free.candidate_score=validation",
-    "cla-probe-only": "fedrac-data-free.contributions=standalone",
+    "cla-celm-only": ("cla", "fedrac-data-free.candidate_score=validation"),
+    "cla-probe-only": ("cla", "fedrac-data-free.contributions=standalone"),
+    "pow-probe-only": ("pow", "fedrac-data-free.contributions=standalone"),
+    "dir7-probe-only": ("dir7", "fedrac-data-free.contributions=standalone"),
 }
 METHODS = {"fedrac": "FedRAC (standalone + validation)", "fedrac-data-free": "FedRAC, data-free"}
 
@@ -61,8 +64,8 @@ def _compare(config: str, methods: str, out: Path, seeds: int, jobs: int, extra:
 def run(out: Path, seeds: int, jobs: int) -> None:
     for name, (config, extra) in SETTINGS.items():
         _compare(config, "fedrac,fedrac-data-free", out / name, seeds, jobs, extra)
-    for name, param in ABLATIONS.items():
-        config, extra = SETTINGS["cla"]
+    for name, (setting, param) in ABLATIONS.items():
+        config, extra = SETTINGS[setting]
         _compare(config, "fedrac-data-free", out / name, seeds, jobs, [*extra, "--method-param", param])
     for name, (config, extra) in SETTINGS.items():
         target = out / "standalone" / name
@@ -124,11 +127,10 @@ def table(out: Path) -> None:
             runs = _summaries(out / name, method)
             if runs:
                 print(_row(label, runs))
-        if name == "cla":
-            for ablation, param in ABLATIONS.items():
-                runs = _summaries(out / ablation, "fedrac-data-free")
-                if runs:
-                    print(_row(f"data-free with `{param.split('.', 1)[1]}`", runs))
+        for ablation, (setting, param) in ABLATIONS.items():
+            runs = _summaries(out / ablation, "fedrac-data-free") if setting == name else []
+            if runs:
+                print(_row(f"data-free with `{param.split('.', 1)[1]}`", runs))
         weights = _weights_pearson(out / name)
         if weights:
             print(
