@@ -9,7 +9,7 @@ threshold (its "dynamic reputation"); the paper's two ablations drop one each. T
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 import torch
@@ -39,41 +39,14 @@ class FedRAC(SubmodelStrategy):
 
     def __init__(
         self,
-        sharpness: float | None = None,
         reputation_ratio: float | None = None,
         reputation_ratio_late: float | None = None,
-        switch_round: int | None = None,
         time_scale: float = 0.3,
         time_offset: float = 3.0,
-        candidate_step: int | None = None,
-        candidate_step_late: int | None = None,
-        validation_samples: int | None = None,
-        mask_off_by_one: bool = False,
-        strict_sizes: bool = False,
-        contributions: str = "standalone",
-        candidate_score: str = "validation",
-        contribution_warmup: float = 0.05,
-        reputation: str = "coverage",
-        score_per_class: int = 20,
-        score_depths: Sequence[int] = (1, 2, 3, 4, 5, 6, 7, 8),
-        score_lr: float = 0.2,
+        **options: Any,
     ) -> None:
-        super().__init__(
-            sharpness=sharpness,
-            candidate_step=candidate_step,
-            candidate_step_late=candidate_step_late,
-            switch_round=switch_round,
-            validation_samples=validation_samples,
-            mask_off_by_one=mask_off_by_one,
-            strict_sizes=strict_sizes,
-            contributions=contributions,
-            candidate_score=candidate_score,
-            contribution_warmup=contribution_warmup,
-            reputation=reputation,
-            score_per_class=score_per_class,
-            score_depths=score_depths,
-            score_lr=score_lr,
-        )
+        """λ (``reputation_ratio``, ``_late``), ζ, κ; the shared options go to :class:`SubmodelStrategy`."""
+        super().__init__(**options)
         for key, value in (
             ("reputation_ratio", reputation_ratio),
             ("reputation_ratio_late", reputation_ratio_late),
@@ -103,40 +76,8 @@ class FedRACFixedRatio(SubmodelStrategy):
     name = "fedrac-fixed-ratio"
     label = "FedRAC w/o dynamic reputation"
 
-    def __init__(
-        self,
-        fixed_ratio: float = 0.4,
-        sharpness: float | None = None,
-        switch_round: int | None = None,
-        candidate_step: int | None = None,
-        candidate_step_late: int | None = None,
-        validation_samples: int | None = None,
-        mask_off_by_one: bool = False,
-        strict_sizes: bool = False,
-        contributions: str = "standalone",
-        candidate_score: str = "validation",
-        contribution_warmup: float = 0.05,
-        reputation: str = "coverage",
-        score_per_class: int = 20,
-        score_depths: Sequence[int] = (1, 2, 3, 4, 5, 6, 7, 8),
-        score_lr: float = 0.2,
-    ) -> None:
-        super().__init__(
-            sharpness=sharpness,
-            candidate_step=candidate_step,
-            candidate_step_late=candidate_step_late,
-            switch_round=switch_round,
-            validation_samples=validation_samples,
-            mask_off_by_one=mask_off_by_one,
-            strict_sizes=strict_sizes,
-            contributions=contributions,
-            candidate_score=candidate_score,
-            contribution_warmup=contribution_warmup,
-            reputation=reputation,
-            score_per_class=score_per_class,
-            score_depths=score_depths,
-            score_lr=score_lr,
-        )
+    def __init__(self, fixed_ratio: float = 0.4, **options: Any) -> None:
+        super().__init__(**options)
         check_number("fixed_ratio", fixed_ratio, 0.0, 1.0)
         self.fixed_ratio = float(fixed_ratio)
 
