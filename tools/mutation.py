@@ -38,8 +38,8 @@ FORMULAS: dict[str, list[str]] = {
         "x_to_simplex",
         "x_ema_contributions",
         "x_estimate_contributions",
-        "xǁCELMǁprobe",
-        "xǁCELMǁ_estimate",
+        "xǁEvidenceContributionsǁprobe",
+        "xǁEvidenceContributionsǁupdate",
     ],
     "algorithms.logit_probes": [
         "x_probe_noise",
@@ -51,6 +51,7 @@ FORMULAS: dict[str, list[str]] = {
         "x_maximize_logits_mlp",
         "x_maximize_logits_loop",
         "x_maximize_class_logits",
+        "x_grow_class_inputs",
     ],
     "algorithms.submodel": [
         "x_sharpen_contributions",
@@ -58,7 +59,12 @@ FORMULAS: dict[str, list[str]] = {
         "x_candidate_sizes",
         "x_allocate_sizes",
         "x_masked_average_update",
+        "x_evidence_coverage",
+        "x_relative_reputation",
+        "x_relative_scores",
         "xǁSubmodelStrategyǁallocate",
+        "xǁSubmodelStrategyǁthreshold_base",
+        "xǁSubmodelStrategyǁfix_reputation",
     ],
     "algorithms.fedrac": [
         "x_dynamic_ratio",
