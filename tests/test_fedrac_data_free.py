@@ -306,3 +306,27 @@ def test_standalone_contributions_with_probe_scores_use_shares_of_the_best_stand
     expected = [c / 0.70 + (1 - ratio) * math.exp(80.0 * (c - 0.70)) for c in STANDALONE]
     np.testing.assert_allclose(two["thresholds"], expected, rtol=1e-12)
     assert two["mask_sizes"][3] == 48
+
+
+def test_celm_reputations_with_validation_scores_use_shares_of_the_global_accuracy(tmp_path):
+    """contributions = "celm", candidate_score = "validation":
+    r_i = ρ_i·Acc_g + (Acc_g − ratio·Acc_g)·c^n_i/100."""
+    run = tmp_path / "run"
+    cfg = small_config("fedrac", rounds=5, contributions="celm", candidate_score="validation")
+    summary = make_simulation(cfg, run_dir=run, reference_contributions=STANDALONE).run()
+    four = _lines(run)[3]  # the first allocation after the 3 estimation rounds
+    rho = np.asarray(summary["contributions"])
+    acc_g, ratio = four["validation_accuracy"], dynamic_ratio(4, 0.2)
+    assert 0.0 < acc_g < 0.99  # not 1, so a wrong power of it shows
+    expected = [p * acc_g + (acc_g - ratio * acc_g) * math.exp(80.0 * (p - rho.max())) for p in rho]
+    np.testing.assert_allclose(four["thresholds"], expected, rtol=1e-12)
+
+
+def test_grown_inputs_start_from_unit_normal_noise_by_default():
+    """The default start is N(0, 1) (the strategy passes no scale): with a negligible step the inputs are the
+    generator's standard normal draws."""
+    model = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(4, 2))
+    x, _ = grow_class_inputs(model, (1, 2, 2), 2, per_class=3, depths=[1], lr=1e-12,
+                             generator=torch.Generator().manual_seed(7))  # fmt: skip
+    expected = torch.randn((6, 1, 2, 2), generator=torch.Generator().manual_seed(7))
+    torch.testing.assert_close(x, expected, rtol=0, atol=1e-9)
