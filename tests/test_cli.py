@@ -242,7 +242,20 @@ def test_compare_table_explains_fairness_only_when_it_shows_it():
         console, [{"method": "fedavg", "mean": stats, "std": stats, "best_mean": {}, "best_std": {}}]
     )
     text = console.end_capture()
-    assert "mean ± std over seeds" in text and "Pearson" not in text
+    assert "mean ± std over seeds" in text and "Pearson" not in text and "diverged" not in text
+
+
+def test_compare_table_marks_a_method_whose_runs_diverged():
+    from fedhet.cli import make_console, print_compare_table
+
+    stats = {"accuracy": 0.1}
+    row = {"method": "fedprox", "mean": stats, "std": stats, "diverged": {0: 7, 2: 9}}
+    console = make_console(stderr=True)
+    console.begin_capture()
+    print_compare_table(console, [row, {**row, "method": "fedavg", "diverged": {}}])
+    text = console.end_capture()
+    assert "diverged: seed 0 round 7, seed 2 round 9" in " ".join(text.split())
+    assert "fedavg (diverged" not in text and "global model at the stop" in " ".join(text.split())
 
 
 @pytest.mark.parametrize(

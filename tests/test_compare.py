@@ -135,3 +135,24 @@ def test_a_standalone_cell_is_the_standalone_run_fairness_needs(tmp_path, monkey
     assert sorted(trained) == ["fedavg", "standalone"]  # no second standalone training for fairness
     assert results["standalone"][0]["rewards"] == pytest.approx(expected.tolist(), abs=0)
     assert results["fedavg"][0]["standalone"] == pytest.approx(expected.tolist(), abs=0)
+
+
+def test_a_cell_that_diverges_is_reported_as_diverged_and_the_comparison_goes_on(tmp_path):
+    from fedhet.comparison import aggregate_rows
+    from fedhet.reproduce import _cell
+
+    out, base = tmp_path / "cmp", _base(rounds=4)
+    apply_override(base, "guards.max_all_rejected_rounds", 2)
+    params = {"fedprox": {"mu": 1e30}}  # a proximal pull that overflows: every update is non-finite
+    results = run_comparison(base, ["fedavg", "fedprox"], [0, 1], out, method_params=params)
+    rows = {r["method"]: r for r in aggregate_rows(results)}
+    assert rows["fedavg"]["diverged"] == {} and rows["fedprox"]["diverged"] == {0: 2, 1: 2}
+    assert all(s["rounds"] == 4 and "diverged" not in s for s in results["fedavg"])
+    assert len(_metrics(out / "fedavg-seed1")) == 4  # the other method ran to the end
+    stamp = (out / "fedprox-seed0" / "summary.json").stat().st_mtime_ns
+    again = run_comparison(base, ["fedavg", "fedprox"], [0, 1], out, method_params=params)
+    assert (out / "fedprox-seed0" / "summary.json").stat().st_mtime_ns == stamp  # a result: reused, not rerun
+    assert again["fedprox"][0]["diverged"]["round"] == 2
+    cell = _cell({"ours": 10.0, "ours_std": 0.0, "paper": (80.0, 1.0), "diverged": {0: 2, 1: 2}}, seeds=2)
+    assert "diverged in 2 of 2 seeds (stopped in round 2, 2)" in cell
+    assert "diverged" not in _cell({"ours": 10.0, "ours_std": 0.0, "paper": (80.0, 1.0)}, seeds=2)

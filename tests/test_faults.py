@@ -194,6 +194,31 @@ def test_a_run_in_which_every_update_is_rejected_stops_with_a_clear_error(tmp_pa
     assert len(lines_of(tmp_path / "kept")) == 6
 
 
+def test_a_diverged_run_ends_with_a_summary_marked_diverged_holding_the_model_at_the_stop(tmp_path):
+    # Rounds 1-2 train; from round 3 every update is NaN, so the guard stops the run in round 4.
+    cfg = digits_config(rounds=6, faults__clients={str(c): "nan" for c in range(5)}, faults__from_round=3)
+    cfg.guards.max_all_rejected_rounds, cfg.eval.every = 2, 5  # no evaluation before the stop
+    cfg.train.local_steps = 20
+    sim = make_simulation(cfg, run_dir=tmp_path / "run")
+    with pytest.raises(TrainingDivergedError) as info:
+        sim.run()
+    assert info.value.round == 4
+    lines = lines_of(tmp_path / "run")
+    assert [ln["round"] for ln in lines] == [1, 2, 3]  # only the rounds that completed
+    written = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert written["diverged"]["round"] == 4 and "nothing is being trained" in written["diverged"]["reason"]
+    assert info.value.summary["diverged"] == written["diverged"]
+    assert not any("accuracy" in ln for ln in lines)
+    # The final view is the global model at the stop (round 2's: no update of rounds 3-4 was used),
+    # evaluated here by hand.
+    model = sim.strategy.global_model().eval()
+    with torch.no_grad():
+        predicted = model(sim.fed.test_x).argmax(dim=1)
+    by_hand = (predicted == sim.fed.test_y).float().mean().item()
+    assert written["final"]["accuracy"] == pytest.approx(by_hand, abs=1e-6)
+    assert written["best"]["accuracy"] == written["final"]["accuracy"] > 0.5
+
+
 # -- the guards' arithmetic ----------------------------------------------------------------------------------
 def reply(values, n: int = 10) -> Reply:
     return Reply(weights={"w": torch.tensor(values, dtype=torch.float32)}, num_examples=n)

@@ -530,8 +530,15 @@ def print_compare_table(console, rows: list[dict[str, Any]], title: str = "") ->
         for k, v, _ in present:
             mean, std = (r.get(key, {}) for key in VIEW_KEYS[v])
             cells.append(_fmt(k, mean.get(k), std.get(k)))
-        table.add_row(r["method"], *cells)
+        diverged = r.get("diverged") or {}
+        where = ", ".join(f"seed {seed} round {rnd}" for seed, rnd in sorted(diverged.items()))
+        table.add_row(r["method"] + (f" [red](diverged: {where})[/red]" if diverged else ""), *cells)
     console.print(table)
+    if any(r.get("diverged") for r in rows):
+        console.print(
+            "[dim]diverged: the engine stopped the run when no update of several rounds could be used; its "
+            "final view is the global model at the stop[/dim]"
+        )
 
 
 def cmd_report(args: argparse.Namespace) -> int:

@@ -31,7 +31,7 @@ from fedhet.algorithms import accepted_params, build_strategy, strategy_class
 from fedhet.config import ExperimentConfig, apply_override, load_config
 from fedhet.engine import checkpoint as ckpt
 from fedhet.engine.rundir import run_dir_state
-from fedhet.errors import FedhetError, RunDirectoryError
+from fedhet.errors import FedhetError, RunDirectoryError, TrainingDivergedError
 from fedhet.experiment import (
     apply_method_defaults,
     make_simulation,
@@ -146,20 +146,33 @@ def conflicting_cells(plan: list[PlannedRun]) -> list[str]:
 def execute_run(
     run: PlannedRun, standalone: np.ndarray | None, progress: Callable[..., None] | None = None
 ) -> dict[str, Any]:
-    """Run one cell, resuming from its checkpoint when it has one of the same configuration."""
+    """Run one cell, resuming from its checkpoint when it has one of the same configuration.
+
+    A cell whose run diverged (the engine stopped it: no update of several rounds could be used) is a
+    result, not a failure of the comparison: its summary is marked ``diverged`` and the others go on.
+    """
     resume = run.may_resume and resumable(run.cfg, run.run_dir)
     if resume:
         log.info("resuming %s from its last checkpoint", run.label)
     # The comparison has already decided this cell is to be (re)run (run_comparison refuses cells that
     # hold another experiment unless asked to rerun): what is left of an earlier attempt is replaced.
-    return make_simulation(
+    simulation = make_simulation(
         run.cfg,
         run_dir=run.run_dir,
         progress=progress,
         reference_contributions=standalone,
         resume=resume,
         overwrite=not resume,
-    ).run()
+    )
+    try:
+        return simulation.run()
+    except TrainingDivergedError as exc:
+        if exc.summary is None:
+            raise
+        log.warning(
+            "%s diverged and stopped in round %s; reported as diverged: %s", run.label, exc.round, exc
+        )
+        return exc.summary
 
 
 def run_comparison(
@@ -381,6 +394,8 @@ def aggregate_rows(results: dict[str, list[dict[str, Any]]]) -> list[dict[str, A
         row: dict[str, Any] = {
             "method": m,
             "seeds": [s["seed"] for s in summaries],
+            # seed -> the round its run diverged in (the engine stopped it); its views are those at the stop
+            "diverged": {s["seed"]: s["diverged"]["round"] for s in summaries if s.get("diverged")},
         }
         for view, (mk, sk) in VIEW_KEYS.items():
             row[mk], row[sk] = {}, {}

@@ -35,4 +35,13 @@ class RunDirectoryError(FedhetError, OSError):
 
 
 class TrainingDivergedError(FedhetError, RuntimeError):
-    """A run stopped because no update could be used (e.g. every one non-finite, round after round)."""
+    """A run stopped because no update could be used (e.g. every one non-finite, round after round).
+
+    ``round`` is the round it stopped in; ``summary`` the stopped run's summary (marked ``diverged``) once the
+    engine has written it, so that a comparison can report the cell as diverged and go on.
+    """
+
+    def __init__(self, message: str, round: int | None = None) -> None:
+        super().__init__(message)
+        self.round = round
+        self.summary: dict | None = None

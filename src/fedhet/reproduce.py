@@ -421,6 +421,7 @@ def run_spec(
                 "ours": None if mean is None else factor * mean,
                 "ours_std": None if std is None else factor * std,
                 "paper": row.paper.get(m),
+                "diverged": agg[m].get("diverged") or {},  # seed -> round the engine stopped the run in
             }
         results.append(entry)
     return results
@@ -439,6 +440,10 @@ def _cell(v: dict[str, Any], seeds: int = 2) -> str:
         parts.append(f"paper {p:.2f}" + (f" ± {ps:.2f}" if ps is not None else ""))
         if ours is not None and math.isfinite(ours):
             parts.append(f"Δ {ours - p:+.2f}")
+    diverged = v.get("diverged") or {}
+    if diverged:  # its views are the global model at the stop (see the note under the table)
+        rounds = ", ".join(str(r) for _, r in sorted(diverged.items()))
+        parts.append(f"diverged in {len(diverged)} of {seeds} seeds (stopped in round {rounds})")
     return " / ".join(parts)
 
 
@@ -473,6 +478,13 @@ def render_markdown(spec: Spec, results: list[dict[str, Any]], scale: str | None
         name = r["row"] + (f" ({r['metric']})" if r.get("metric") and r["metric"] != spec.metric else "")
         shape = f"{r['rounds']} | {r.get('clients', '—')} | {len(r['seeds'])} | {r.get('model', '—')}"
         lines.append(f"| {name} | {shape} | " + " | ".join(cells) + " |")
+    if any(v.get("diverged") for r in results for v in r["methods"].values()):
+        lines += [
+            "",
+            "*Diverged*: the engine stopped that seed's run when every update of several consecutive "
+            "rounds was unusable (non-finite or rejected by the guards, `guards.max_all_rejected_rounds`); "
+            "its value is the global model evaluated at the stop, the model the run would end with.",
+        ]
     if spec.notes:
         lines += ["", spec.notes.strip()]
     diffs = [
@@ -535,6 +547,7 @@ def write_results_csv(results: list[dict[str, Any]], path: Path) -> Path:
         "paper",
         "paper_std",
         "delta",
+        "diverged_seeds",
     ]
     with path.open("w", newline="") as handle:
         writer = csv.DictWriter(handle, fieldnames=columns)
@@ -555,6 +568,7 @@ def write_results_csv(results: list[dict[str, Any]], path: Path) -> Path:
                         "paper": paper[0] if paper else None,
                         "paper_std": paper[1] if paper else None,
                         "delta": ours - paper[0] if paper and has_ours else None,
+                        "diverged_seeds": " ".join(map(str, sorted(v.get("diverged") or {}))),
                     }
                 )
     return path

@@ -398,7 +398,8 @@ class RoundLoop:
                 f"every update of rounds {rnd - self.unusable_rounds + 1}..{rnd} was rejected or failed "
                 f"(e.g. client {cid}: {reason}); nothing is being trained. Lower train.lr or "
                 "train.weight_decay if the updates are non-finite, or loosen [guards]; "
-                "guards.max_all_rejected_rounds=0 never stops"
+                "guards.max_all_rejected_rounds=0 never stops",
+                round=rnd,
             )
 
     # -- evaluation -------------------------------------------------------------------------------------
@@ -519,9 +520,24 @@ class RoundLoop:
         tensorboard = TensorBoardLog(self.run_dir, cfg.eval.tensorboard)
         try:
             self._train_rounds(tensorboard)
+        except TrainingDivergedError as exc:
+            exc.summary = self._finish(t0, diverged=exc)
+            raise
         finally:
             tensorboard.close()
+        return self._finish(t0)
+
+    def _finish(self, t0: float, diverged: TrainingDivergedError | None = None) -> dict[str, Any]:
+        """The summary, written with the records and figures. A run stopped by ``diverged`` ends the same way,
+        marked ``diverged``: what it ends with is a result (a method that diverges, deterministically under
+        its seed), so a comparison reports it and reuses it rather than rerunning it. Its final view is the
+        global model evaluated at the stop, the model the run would end with had it gone on (no update of
+        the last rounds could be used); metrics.jsonl keeps only the rounds that completed."""
+        if diverged is not None:
+            self.history.append({"round": diverged.round, **self.evaluate(diverged.round)})
         summary = self.summary(time.perf_counter() - t0)
+        if diverged is not None:
+            summary["diverged"] = {"round": diverged.round, "reason": str(diverged)}
         if self.run_dir is not None:
             if self.fairness_reference is not None:
                 write_atomic(self.run_dir / "standalone.json", json.dumps(list(map(float, self.reference))))
