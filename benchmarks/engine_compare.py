@@ -6,7 +6,12 @@ time from the run's timings.jsonl, rounds 2 onwards), the start-up before round 
 describe exchange for Flower), and the peak resident memory of the process and all its children (Ray's
 workers included), sampled every 0.2 s from /proc.
 
-    python benchmarks/engine_compare.py [--rounds 4] [--clients 10,50] [--methods fedavg,celm]
+    python benchmarks/engine_compare.py [--rounds 4] [--clients 10,50] [--methods fedavg,celm] [--one-step]
+
+``--one-step`` adds FedAvg cells in which every client takes a single local step (one batch) instead of an
+epoch: the same messages, almost no training, so each engine's round time is its own per-round cost. With
+the one-epoch cells it splits Flower's round into its per-round cost and the training (the question of the
+5x target: how much of a round an engine can save is bounded by what is not training).
 
 Threads: the embedded engine uses one torch thread; Flower runs one client per CPU with one thread each (on
 2 cores, two clients at a time), so Flower may use both cores where the embedded engine uses one.
@@ -55,8 +60,9 @@ def tree_rss_bytes(root: int) -> int:
     return total
 
 
-def one_cell(engine: str, method: str, clients: int, rounds: int) -> dict:
-    """Run one (engine, method, clients) cell in this process; return its timings and peak memory."""
+def one_cell(engine: str, method: str, clients: int, rounds: int, steps: int | None = None) -> dict:
+    """Run one (engine, method, clients) cell in this process; return its timings and peak memory.
+    ``steps``: local steps per client instead of one epoch."""
     from fedhet.config import ExperimentConfig
     from fedhet.experiment import make_simulation
 
@@ -66,6 +72,8 @@ def one_cell(engine: str, method: str, clients: int, rounds: int) -> dict:
     cfg.train.rounds, cfg.train.local_epochs, cfg.train.batch_size, cfg.train.threads = rounds, 1, 64, 1
     cfg.eval.fairness, cfg.eval.every = False, 1
     cfg.method.name = method
+    if steps is not None:
+        cfg.train.local_steps = steps
     if method == "celm":
         cfg.method.params = {"warmup_fraction": 0.5}
     peak = {"rss": 0}
@@ -98,6 +106,7 @@ def one_cell(engine: str, method: str, clients: int, rounds: int) -> dict:
         "engine": engine,
         "method": method,
         "clients": clients,
+        "work": f"{steps} step(s)" if steps is not None else "1 epoch",
         "round_s": statistics.median(per_round[1:] or per_round),
         "startup_s": first_round[0] - started - per_round[0],
         "wall_s": wall,
@@ -112,40 +121,46 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=4)
     parser.add_argument("--clients", default="10,50")
     parser.add_argument("--methods", default="fedavg,celm")
+    parser.add_argument("--one-step", action="store_true", help="add FedAvg cells of one local step")
     parser.add_argument("--json", action="store_true", help="end with the JSON result line")
     parser.add_argument("--one", nargs=3, metavar=("ENGINE", "METHOD", "CLIENTS"), help=argparse.SUPPRESS)
+    parser.add_argument("--steps", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.one:
         engine, method, clients = args.one
-        print(json.dumps(one_cell(engine, method, int(clients), args.rounds)))
+        print(json.dumps(one_cell(engine, method, int(clients), args.rounds, args.steps)))
         return 0
+    cells = [
+        (engine, method, clients, None)
+        for clients in (int(c) for c in args.clients.split(","))
+        for method in args.methods.split(",")
+        for engine in ("embedded", "flower")
+    ]
+    if args.one_step:
+        cells += [
+            (engine, "fedavg", clients, 1)
+            for clients in (int(c) for c in args.clients.split(","))
+            for engine in ("embedded", "flower")
+        ]
     rows = []
-    for clients in (int(c) for c in args.clients.split(",")):
-        for method in args.methods.split(","):
-            for engine in ("embedded", "flower"):
-                cmd = [
-                    sys.executable,
-                    __file__,
-                    "--rounds",
-                    str(args.rounds),
-                    "--one",
-                    engine,
-                    method,
-                    str(clients),
-                ]
-                done = subprocess.run(cmd, capture_output=True, text=True)
-                if done.returncode:
-                    print(done.stderr[-3000:], file=sys.stderr)
-                    return 1
-                rows.append(json.loads(done.stdout.strip().splitlines()[-1]))
-                r = rows[-1]
-                print(
-                    f"{engine:8s} {method:6s} N={clients:3d}  round {r['round_s']:6.2f} s  start-up "
-                    f"{r['startup_s']:6.2f} s  peak RSS {r['peak_rss_gb']:5.2f} GB",
-                    flush=True,
-                )
+    for engine, method, clients, steps in cells:
+        cmd = [sys.executable, __file__, "--rounds", str(args.rounds), "--one", engine, method, str(clients)]
+        done = subprocess.run(
+            cmd + (["--steps", str(steps)] if steps else []), capture_output=True, text=True
+        )
+        if done.returncode:
+            print(done.stderr[-3000:], file=sys.stderr)
+            return 1
+        rows.append(json.loads(done.stdout.strip().splitlines()[-1]))
+        r = rows[-1]
+        print(
+            f"{engine:8s} {method:6s} N={clients:3d} {r['work']:9s} round {r['round_s']:6.2f} s  start-up "
+            f"{r['startup_s']:6.2f} s  peak RSS {r['peak_rss_gb']:5.2f} GB",
+            flush=True,
+        )
     print()
-    by = {(r["engine"], r["method"], r["clients"]): r for r in rows}
+    by = {(r["engine"], r["method"], r["clients"]): r for r in rows if r["work"] == "1 epoch"}
+    light = {(r["engine"], r["clients"]): r for r in rows if r["work"] != "1 epoch"}
     ratios, targets = {}, {}
     for clients in (int(c) for c in args.clients.split(",")):
         for method in args.methods.split(","):
@@ -160,6 +175,18 @@ def main() -> int:
                 f"peak memory {f['peak_rss_gb'] / e['peak_rss_gb']:.2f}x; Flower start-up "
                 f"{f['startup_s']:.1f} s (embedded {e['startup_s']:.1f} s)"
             )
+    for clients in sorted({c for _, c in light}):
+        e, f = light[("embedded", clients)], light[("flower", clients)]
+        ratios[f"flower_over_embedded_round_one_step_{clients}"] = f["round_s"] / e["round_s"]
+        ratios[f"flower_round_cost_one_step_s_{clients}"] = f["round_s"]
+        ratios[f"embedded_round_cost_one_step_s_{clients}"] = e["round_s"]
+        epoch = by.get(("flower", "fedavg", clients))
+        if epoch:  # what is left of Flower's one-epoch round once its per-round cost is taken out
+            ratios[f"flower_training_share_{clients}"] = max(0.0, 1 - f["round_s"] / epoch["round_s"])
+        print(
+            f"RATIO flower/embedded one step N={clients}: per round {f['round_s'] / e['round_s']:.2f}x "
+            f"(Flower {f['round_s']:.2f} s, embedded {e['round_s']:.2f} s)"
+        )
     if args.json:
         emit(
             "engine_compare",
@@ -167,7 +194,8 @@ def main() -> int:
             targets,
             settings=f"Fashion-MNIST, mlp, IID, 1 local epoch, {args.rounds} rounds per cell, each cell in "
             "its own process; per-round time = median train + eval time of rounds 2 onwards; embedded: one "
-            "torch thread, Flower: Ray simulation, one client per CPU",
+            "torch thread, Flower: Ray simulation, one client per CPU"
+            + ("; one-step cells: 1 local step (one batch of 64) per client" if args.one_step else ""),
             rows=rows,
         )
     return 0
