@@ -137,6 +137,39 @@ def test_scales_of_a_table(tmp_path):
         load_spec(str(spec))
 
 
+def test_a_row_adds_its_own_overrides_at_a_reduced_scale_only(tmp_path, capsys):
+    from fedhet.config import load_config
+
+    cfg = tmp_path / "small.toml"
+    cfg.write_text(
+        "[data]\ndataset = 'fashion-mnist'\nsplit = 'iid'\nclients = 3\nmax_train_samples = 900\n"
+        "max_test_samples = 300\n[train]\nrounds = 1\nlr = 0.01\n[eval]\nfairness = false\n"
+    )
+    spec = tmp_path / "table.toml"
+    spec.write_text(
+        "title = 't'\nmetric = 'accuracy'\nseeds = 1\nmethods = ['fedavg']\n"
+        "[scales.cpu]\nset = ['train.lr=0.02']\nnote = 'lr 0.02'\n"
+        "[[rows]]\nname = 'plain'\nconfig = 'small.toml'\n"
+        "[[rows]]\nname = 'own'\nconfig = 'small.toml'\nscales = { cpu = ['train.lr=0.03'] }\n"
+    )
+    assert load_spec(str(spec)).rows[1].scale_overrides == {"cpu": ["train.lr=0.03"]}
+    out = tmp_path / "out"
+    argv = ["reproduce", str(spec), "--out", str(out), "--json", "--quiet", "--scale", "cpu"]
+    assert main([*argv, "--set", "train.rounds=1"]) == 0
+    plain, own = json.loads(capsys.readouterr().out.strip().splitlines()[-1])["results"]
+    lr = {r["row"]: load_config(f"{r['run_dir']}/fedavg-seed0/config.toml").train.lr for r in (plain, own)}
+    assert lr == {"plain": 0.02, "own": 0.03}  # the row's own after the scale's
+    assert "train.lr=0.03" in own["note"] and not plain["note"]
+    assert "- own: At the cpu scale this row also sets train.lr=0.03" in (out / "reproduce.md").read_text()
+    argv[argv.index(str(out))] = str(tmp_path / "out2")
+    assert main([*argv, "--set", "train.lr=0.04"]) == 0  # the user's --set comes last
+    own = json.loads(capsys.readouterr().out.strip().splitlines()[-1])["results"][1]
+    assert load_config(f"{own['run_dir']}/fedavg-seed0/config.toml").train.lr == 0.04
+    spec.write_text(spec.read_text().replace("scales = { cpu = ['train.lr=0.03'] }", "scales = { gpu = [] }"))
+    with pytest.raises(ConfigError, match="'quick' or 'cpu'"):
+        load_spec(str(spec))
+
+
 def _page_cells(page: str, methods: list[str]) -> dict[tuple[str, str], str]:
     """(row, method) -> cell text of the result page's table."""
     all_lines = page.splitlines()

@@ -40,6 +40,10 @@ A table is a TOML file (``configs/reproduce/*.toml``)::
     set = ["train.rounds=50"]
     note = "50 of the paper's 200 rounds"
 
+A row may add overrides of its own at a reduced scale, after the scale's (e.g. a split whose per-label
+sample bounds must shrink with the training set): ``scales = { cpu = ["data.split_params.min_samples=20"] }``
+inside ``[[rows]]``; its cells show them in the page's row note.
+
     gaps = '''Differences to the paper and their verified causes (shown on the result page).'''
 
 ``--scale full`` is the table as written (the papers' settings). Every printed table and result page says
@@ -81,6 +85,8 @@ class Row:
     #: Phase A of a two-phase row: (config, method) run first with the row's seeds and scale; every method of
     #: the row then starts from its final global model of the same seed (``model.init_from``).
     warmstart: tuple[Path, str] | None = None
+    #: This row's own overrides at a reduced scale ("quick"/"cpu" -> --set values), after the scale's.
+    scale_overrides: dict[str, list[str]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -178,6 +184,7 @@ ROW_KEYS = {
     "methods",
     "scale",
     "warmstart",
+    "scales",
 }
 GATES = ("", "fssl")
 
@@ -232,6 +239,7 @@ def load_spec(name: str) -> Spec:
                 metric=r.get("metric"),
                 scale=float(r["scale"]) if "scale" in r else None,
                 warmstart=_warmstart(path, r),
+                scale_overrides=_row_scales(path, r),
             )
         )
         stray = set(rows[-1].methods) - set(raw.get("methods", []))
@@ -255,6 +263,21 @@ def load_spec(name: str) -> Spec:
         gaps=raw.get("gaps", ""),
         gates=raw.get("gates", ""),
     )
+
+
+def _row_scales(path: Path, row: dict[str, Any]) -> dict[str, list[str]]:
+    """A row's ``scales = { cpu = [...] }``: overrides of its own at a reduced scale, checked."""
+    raw = row.get("scales", {})
+    if not isinstance(raw, dict) or set(raw) - {"quick", "cpu"}:
+        raise ConfigError(
+            f"{path}: row {row.get('name')!r}: scales must map 'quick' or 'cpu' to a list of overrides, "
+            'e.g. scales = { cpu = ["data.split_params.min_samples=20"] }'
+        )
+    if not all(isinstance(v, list) and all(isinstance(x, str) for x in v) for v in raw.values()):
+        raise ConfigError(
+            f"{path}: row {row.get('name')!r}: each scale's overrides must be a list of strings"
+        )
+    return {name: list(values) for name, values in raw.items()}
 
 
 def _warmstart(path: Path, row: dict[str, Any]) -> tuple[Path, str] | None:
@@ -361,7 +384,7 @@ def run_spec(
     from fedhet.comparison import VIEW_KEYS, aggregate_rows, run_comparison
 
     chosen = spec.at_scale(scale)
-    overrides = [*chosen.overrides, *(overrides or [])]
+    user = list(overrides or [])
     n_seeds = seeds or chosen.seeds or spec.seeds
     results = []
     done: dict[tuple, tuple[dict[str, Any], Path]] = {}  # rows that share their runs (e.g. two metrics)
@@ -369,7 +392,15 @@ def run_spec(
         if rows and rows.lower() not in row.name.lower():
             continue
         wanted = [m for m in (methods or spec.methods) if not row.methods or m in row.methods]
-        entry: dict[str, Any] = {"row": row.name, "available": row.available, "note": row.note, "methods": {}}
+        own = row.scale_overrides.get(scale, [])  # the row's own cuts at this scale, after the scale's
+        overrides = [*chosen.overrides, *own, *user]
+        note = row.note + (f" At the {scale} scale this row also sets {', '.join(own)}." if own else "")
+        entry: dict[str, Any] = {
+            "row": row.name,
+            "available": row.available,
+            "note": note.strip(),
+            "methods": {},
+        }
         if not row.available:
             for m in wanted:
                 entry["methods"][m] = {"paper": row.paper.get(m)}
@@ -478,6 +509,9 @@ def render_markdown(spec: Spec, results: list[dict[str, Any]], scale: str | None
         name = r["row"] + (f" ({r['metric']})" if r.get("metric") and r["metric"] != spec.metric else "")
         shape = f"{r['rounds']} | {r.get('clients', '—')} | {len(r['seeds'])} | {r.get('model', '—')}"
         lines.append(f"| {name} | {shape} | " + " | ".join(cells) + " |")
+    noted = [r for r in results if r["available"] and r.get("note")]
+    if noted:
+        lines += [""] + [f"- {r['row']}: {r['note']}" for r in noted]
     if any(v.get("diverged") for r in results for v in r["methods"].values()):
         lines += [
             "",
