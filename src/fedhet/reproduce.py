@@ -9,6 +9,7 @@ A table is a TOML file (``configs/reproduce/*.toml``)::
     scale = 100                  # display scale (accuracies in %)
     seeds = 3
     methods = ["fedavg", "celm"]
+    gaps = '''Differences to the paper and their verified causes (shown on the result page).'''
 
     [method_params]                              # optional: parameters of one method in every row
     shapfed = { protocol = "global" }
@@ -18,6 +19,7 @@ A table is a TOML file (``configs/reproduce/*.toml``)::
     config = "../celm/fmnist-dir0.05.toml"      # relative to this file
     set = ["data.validation_fraction=0.1"]      # optional overrides
     paper = { fedavg = "81.63 ± 2.69", celm = "83.64 ± 0.42" }
+    scales = { cpu = ["data.split_params.alpha=0.1"] }   # optional: this row's own overrides at a scale
 
     [[rows]]
     name = "FedISIC natural"
@@ -40,11 +42,8 @@ A table is a TOML file (``configs/reproduce/*.toml``)::
     set = ["train.rounds=50"]
     note = "50 of the paper's 200 rounds"
 
-A row may add overrides of its own at a reduced scale, after the scale's (e.g. a split whose per-label
-sample bounds must shrink with the training set): ``scales = { cpu = ["data.split_params.min_samples=20"] }``
-inside ``[[rows]]``; its cells show them in the page's row note.
-
-    gaps = '''Differences to the paper and their verified causes (shown on the result page).'''
+A row's own ``scales`` apply after the scale's and before the user's ``--set`` (e.g. a split whose per-label
+sample bounds must shrink with a reduced training set); the page lists them under the table.
 
 ``--scale full`` is the table as written (the papers' settings). Every printed table and result page says
 its scale and how many rounds, clients and seeds each row used, so a reduced-scale run is never mistaken for a
