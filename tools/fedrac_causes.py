@@ -1,0 +1,104 @@
+"""The measured facts behind the "gaps and their causes" of FedRAC's result pages, read from a reproduction's
+runs (nothing is rerun):
+
+    python tools/fedrac_causes.py [RUNS]   # default RUNS: runs/reproduce/fedrac-fmnist-full
+
+Per row (one folder of RUNS per row, cells ``<method>-seed<k>``) and cell:
+
+- **fairness** (100 × Pearson of rewards against standalone accuracies): the best over evaluated rounds and
+  the round it came from, the final value and the mean of the last 100 evaluations. A best far above the
+  last-100 mean is the maximum of a noisy series, not a level the method holds;
+- **the α-BCF rate** at its best round and at the final round, with each failing client put in one of two
+  classes: *below* (its reward a_i ≤ s_i, its standalone accuracy) or *above* (a_i over the bound
+  ((1 − α)·s_i / max s + α)·max a). The classes are computed here from the logged rewards, apart from
+  ``fedhet.metrics``; their sum is checked against the logged rate;
+- **the window**: max a − max s (how far the best reward beats the best standalone client) and the mean width
+  of the clients' windows (s_i, upper_i], in accuracy points, at the final round;
+- **ties**: the largest group of clients with equal rewards at the final round (FedRAC's tied submodel sizes
+  give equal rewards; the bound puts the weaker of them *above*).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+import numpy as np
+
+
+def evaluations(cell: Path) -> list[dict]:
+    """The evaluated rounds of a cell (those with rewards), in order."""
+    rows = [json.loads(s) for s in (cell / "metrics.jsonl").read_text().splitlines() if s.strip()]
+    return [r for r in rows if r.get("rewards") is not None]
+
+
+def standalone(cell: Path) -> np.ndarray:
+    return np.asarray(json.loads((cell / "summary.json").read_text())["standalone"], dtype=np.float64)
+
+
+def bcf_classes(s: np.ndarray, a: np.ndarray, alpha: float) -> tuple[int, int, float]:
+    """(clients below their standalone accuracy, clients above their upper bound, mean window width)."""
+    upper = (alpha + (1.0 - alpha) * s / s.max()) * a.max()
+    below = int(np.sum(a <= s))
+    above = int(np.sum((a > s) & (a > upper)))
+    return below, above, float(np.mean(upper - s))
+
+
+def cell_facts(cell: Path, alpha: float) -> dict:
+    evals = evaluations(cell)
+    if not evals:
+        return {}
+    s = standalone(cell)
+    fair = [(e["round"], e.get("fairness_pearson")) for e in evals if e.get("fairness_pearson") is not None]
+    best_round, best_fair = max(fair, key=lambda t: t[1]) if fair else (None, None)
+    rate_best = max(evals, key=lambda e: e.get("bcf_rate", -1.0))
+    out = {
+        "fairness_best": best_fair,
+        "fairness_best_round": best_round,
+        "fairness_final": fair[-1][1] if fair else None,
+        "fairness_last100": float(np.mean([v for _, v in fair[-100:]])) if fair else None,
+    }
+    for label, e in (("rate_best", rate_best), ("rate_final", evals[-1])):
+        a = np.asarray(e["rewards"], dtype=np.float64)
+        below, above, width = bcf_classes(s, a, alpha)
+        logged = e.get("bcf_rate")
+        recomputed = 1.0 - (below + above) / len(a)
+        if logged is not None and abs(logged - recomputed) > 1e-9:
+            raise SystemExit(f"{cell}: round {e['round']}: logged rate {logged} != recomputed {recomputed}")
+        out[label] = {"round": e["round"], "rate": recomputed, "below": below, "above": above}
+    a = np.asarray(evals[-1]["rewards"], dtype=np.float64)
+    out["gain_points"] = 100 * (a.max() - s.max())
+    out["window_points"] = 100 * bcf_classes(s, a, alpha)[2]
+    out["largest_tie"] = int(np.unique(np.round(a, 6), return_counts=True)[1].max())
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("runs", nargs="?", default="runs/reproduce/fedrac-fmnist-full")
+    ap.add_argument("--alpha", type=float, default=0.5, help="the α of the BCF bound (eval.bcf_alpha)")
+    args = ap.parse_args()
+    root = Path(args.runs)
+    for row in sorted(p for p in root.iterdir() if p.is_dir()):
+        print(f"\n## {row.name}")
+        print(
+            "cell | fairness best (round) | final | last 100 | rate best (round): below/above | "
+            "rate final: below/above | max a − max s | window | largest tie"
+        )
+        for cell in sorted(p for p in row.iterdir() if (p / "summary.json").exists()):
+            f = cell_facts(cell, args.alpha)
+            if not f:
+                continue
+            rb, rf = f["rate_best"], f["rate_final"]
+            print(
+                f"{cell.name} | {f['fairness_best']:.2f} ({f['fairness_best_round']}) | "
+                f"{f['fairness_final']:.2f} | {f['fairness_last100']:.2f} | "
+                f"{rb['rate']:.1f} ({rb['round']}): {rb['below']}/{rb['above']} | "
+                f"{rf['rate']:.1f}: {rf['below']}/{rf['above']} | {f['gain_points']:+.2f} | "
+                f"{f['window_points']:.2f} | {f['largest_tie']}"
+            )
+
+
+if __name__ == "__main__":
+    main()
