@@ -102,6 +102,11 @@ def one_cell(engine: str, method: str, clients: int, rounds: int, steps: int | N
     stop.set()
     sampler.join()
     per_round = [t["train_s"] + t.get("eval_s", 0.0) for t in timings]
+    parts = {  # Flower's round in parts (FlowerTransport.round_timing), medians over rounds 2 onwards
+        key: statistics.median([t[key] for t in timings[1:] or timings])
+        for key in timings[0]
+        if key.startswith("flower_")
+    }
     return {
         "engine": engine,
         "method": method,
@@ -111,6 +116,25 @@ def one_cell(engine: str, method: str, clients: int, rounds: int, steps: int | N
         "startup_s": first_round[0] - started - per_round[0],
         "wall_s": wall,
         "peak_rss_gb": peak["rss"] / 1e9,
+        "eval_s": statistics.median([t.get("eval_s", 0.0) for t in timings[1:] or timings]),
+        **parts,
+    }
+
+
+def flower_split(row: dict) -> dict[str, float]:
+    """Flower's median round in parts (seconds): the nodes' handlers as they overlap on the workers (their
+    summed time over the workers that ran them: one per CPU), Flower carrying the messages and scheduling
+    the nodes (the rest of the exchange: Ray, the SuperLink state, its 0.1 s polls), the server's encoding
+    and decoding, and the round loop's own work (aggregation, evaluation)."""
+    workers = min(os.cpu_count() or 1, row["clients"])
+    nodes = row["flower_node_handler_sum_s"] / workers
+    codec = row["flower_encode_s"] + row["flower_decode_s"]
+    return {
+        "nodes_s": nodes,
+        "node_training_s": row["flower_node_work_sum_s"] / workers,
+        "flower_transport_s": row["flower_exchange_s"] - nodes,
+        "server_codec_s": codec,
+        "round_loop_s": row["round_s"] - row["flower_exchange_s"] - codec,
     }
 
 
@@ -175,6 +199,20 @@ def main() -> int:
                 f"peak memory {f['peak_rss_gb'] / e['peak_rss_gb']:.2f}x; Flower start-up "
                 f"{f['startup_s']:.1f} s (embedded {e['startup_s']:.1f} s)"
             )
+    for r in rows:
+        if r["engine"] != "flower" or "flower_exchange_s" not in r:
+            continue
+        split = flower_split(r)
+        tag = f"{r['method']}_{r['clients']}" + ("_one_step" if r["work"] != "1 epoch" else "")
+        for key, value in split.items():
+            ratios[f"flower_split_{key}_{tag}"] = value
+        print(
+            f"SPLIT Flower {r['method']} N={r['clients']} {r['work']}: round {r['round_s']:.2f} s = nodes' "
+            f"handlers {split['nodes_s']:.2f} s (training {split['node_training_s']:.2f} s) + Flower's "
+            f"transport and scheduling {split['flower_transport_s']:.2f} s + server encode/decode "
+            f"{split['server_codec_s']:.3f} s + round loop (aggregation, evaluation) "
+            f"{split['round_loop_s']:.2f} s"
+        )
     for clients in sorted({c for _, c in light}):
         e, f = light[("embedded", clients)], light[("flower", clients)]
         ratios[f"flower_over_embedded_round_one_step_{clients}"] = f["round_s"] / e["round_s"]

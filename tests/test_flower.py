@@ -5,6 +5,7 @@ refused."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import time
 from pathlib import Path
@@ -113,6 +114,19 @@ def test_flower_simulation_gives_the_embedded_engines_results_bit_for_bit(tmp_pa
     assert flower["final"] == embedded["final"] and flower["contributions"] == embedded["contributions"]
     nodes = json.loads((tmp_path / "flower" / "flower_nodes.json").read_text())
     assert sorted(nodes["clients"]) == ["0", "1", "2"] and nodes["refused"] == {}
+    # Flower's round in parts (timings.jsonl only): each node's handler holds its training, the exchange
+    # waited for the handlers (at most one per CPU at a time), and the round holds the exchange.
+    for name, file in (("flower", "timings.jsonl"), ("embedded", "timings.jsonl")):
+        lines = [json.loads(s) for s in (tmp_path / name / file).read_text().splitlines()]
+        assert len(lines) == cfg.train.rounds
+        if name == "embedded":
+            assert not any(k.startswith("flower_") for t in lines for k in t)
+            continue
+        for t in lines:
+            assert 0 < t["flower_node_work_sum_s"] <= t["flower_node_handler_sum_s"]
+            assert t["flower_exchange_s"] >= t["flower_node_handler_sum_s"] / min(os.cpu_count() or 1, 3)
+            parts = t["flower_encode_s"] + t["flower_exchange_s"] + t["flower_decode_s"]
+            assert 0 < parts <= t["train_s"]
 
 
 @pytest.mark.slow

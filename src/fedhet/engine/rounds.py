@@ -139,6 +139,10 @@ class Transport(ABC):
     def send(self, rnd: int, instructions: dict[int, Instruction]) -> tuple[dict[int, Reply], Failures]:
         """One round: each instruction to its client; the replies that came back, and the failures."""
 
+    def round_timing(self) -> dict[str, float]:
+        """Seconds of the last :meth:`send`'s parts, for ``timings.jsonl`` (none by default)."""
+        return {}
+
     def state_dict(self) -> dict[str, Any]:
         """What the transport holds for its clients (their states, in the simulation), for checkpoints."""
         return {}
@@ -556,7 +560,7 @@ class RoundLoop:
         for rnd in range(self.start_round, cfg.train.rounds + 1):
             tr = time.perf_counter()
             line = self.train_round(rnd)
-            timing = {"round": rnd, "train_s": time.perf_counter() - tr}
+            timing = {"round": rnd, "train_s": time.perf_counter() - tr, **self.transport.round_timing()}
             if rnd % cfg.eval.every == 0 or rnd == cfg.train.rounds:
                 te = time.perf_counter()
                 line.update(self.evaluate(rnd))

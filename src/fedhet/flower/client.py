@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import time
 import traceback
 from collections.abc import Callable
 from typing import Any
@@ -41,6 +42,8 @@ log = logging.getLogger("fedhet.flower")
 #: RecordDict keys of the run description the server sends, and of the node's answer.
 RUN_RECORD = "fedhet.run"
 NODE_RECORD = "fedhet.node"
+#: The reply's record of the node's seconds: the whole handler, and run_client's training within it.
+TIMING_RECORD = "fedhet.timing"
 #: Error code of a fedhet client failure (any other is Flower's own).
 CLIENT_ERROR = 1101
 
@@ -203,11 +206,19 @@ def train(message: Message, context: Context) -> Message:
         model=rt.model,
         shared=None,  # no memory shared with other clients on Flower
     )
+    started = time.perf_counter()
     instruction = content_to_instruction(message.content)
     fault = fault_for(rt.cfg, rt.cid, rnd)  # injected faults (robustness experiments) act on the node
-    reply, state = run_client(rt.trainer, instruction, load_state(context.state), rt.data, ctx, fault)
+    state = load_state(context.state)
+    work_started = time.perf_counter()
+    reply, state = run_client(rt.trainer, instruction, state, rt.data, ctx, fault)
+    work_s = time.perf_counter() - work_started
     store_state(state, context.state)
-    return Message(reply_to_content(reply), reply_to=message)
+    content = reply_to_content(reply)
+    # Where the node's time went (the server's timings.jsonl splits Flower's round with it); not a metric
+    # of the reply, so metrics.jsonl stays the same on every transport.
+    content[TIMING_RECORD] = ConfigRecord({"handler_s": time.perf_counter() - started, "work_s": work_s})
+    return Message(content, reply_to=message)
 
 
 def _answer(handler: Callable[[Message, Context], Message], message: Message, context: Context) -> Message:

@@ -29,7 +29,7 @@ from fedhet.engine.boundary import check_transport
 from fedhet.engine.protocol import Instruction, Reply, Strategy
 from fedhet.engine.rounds import Failures, RoundLoop, Transport
 from fedhet.errors import ConfigError, FedhetError, ProtocolError
-from fedhet.flower.client import NODE_RECORD, RUN_RECORD
+from fedhet.flower.client import NODE_RECORD, RUN_RECORD, TIMING_RECORD
 from fedhet.flower.records import content_to_reply, instruction_to_content
 
 log = logging.getLogger("fedhet.flower")
@@ -58,6 +58,7 @@ class FlowerTransport(Transport):
         self.num_clients = num_clients
         self.round_timeout = round_timeout
         self.connect_timeout = connect_timeout
+        self._timing: dict[str, float] = {}
         self.node_of: dict[int, int] = {}  # client id -> Flower node id
         self.refused: dict[int, str] = {}  # node id -> why it was refused
 
@@ -132,6 +133,7 @@ class FlowerTransport(Transport):
 
     # -- rounds -----------------------------------------------------------------------------------------
     def send(self, rnd: int, instructions: dict[int, Instruction]) -> tuple[dict[int, Reply], Failures]:
+        started = time.perf_counter()
         failures: Failures = {}
         messages, client_of = [], {}
         connected = set(self.grid.get_node_ids())
@@ -152,8 +154,12 @@ class FlowerTransport(Transport):
                     group_id=str(rnd),
                 )
             )
+        encoded = time.perf_counter()
+        answers = list(self.grid.send_and_receive(messages, timeout=self.round_timeout))
+        exchanged = time.perf_counter()
         replies: dict[int, Reply] = {}
-        for msg in self.grid.send_and_receive(messages, timeout=self.round_timeout):
+        handler_s, work_s = [], []
+        for msg in answers:
             cid = client_of.get(msg.metadata.src_node_id)
             if cid is None:
                 continue
@@ -164,10 +170,27 @@ class FlowerTransport(Transport):
                 replies[cid] = content_to_reply(msg.content)
             except ProtocolError as exc:
                 failures[cid] = str(exc)
+                continue
+            if TIMING_RECORD in msg.content:  # a node's own report, used for timings only
+                handler_s.append(float(msg.content[TIMING_RECORD].get("handler_s", 0.0)))
+                work_s.append(float(msg.content[TIMING_RECORD].get("work_s", 0.0)))
         for cid in client_of.values():
             if cid not in replies and cid not in failures:
                 failures[cid] = f"no reply within {self.round_timeout:g} s"
+        self._timing = {
+            "flower_encode_s": encoded - started,
+            "flower_exchange_s": exchanged - encoded,
+            "flower_decode_s": time.perf_counter() - exchanged,
+            "flower_node_handler_sum_s": sum(handler_s),
+            "flower_node_work_sum_s": sum(work_s),
+        }
         return replies, failures
+
+    def round_timing(self) -> dict[str, float]:
+        """The last round's seconds: the server encoding the instructions, the exchange (Flower carrying the
+        messages and the nodes' handlers, waiting included), decoding the replies; and the nodes' own sums
+        of their handlers' time and of the training inside them (run in parallel on Flower's workers)."""
+        return dict(self._timing)
 
 
 class FlowerServer(RoundLoop):
