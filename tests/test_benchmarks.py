@@ -16,6 +16,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 import common  # noqa: E402
+import engine_compare  # noqa: E402
 import run_all  # noqa: E402
 
 
@@ -32,6 +33,32 @@ import run_all  # noqa: E402
 def test_targets_are_judged_in_their_direction(value, target, met, attained):
     assert common.target_met(value, target) is met
     assert common.attainment(value, target) == pytest.approx(attained)
+
+
+def test_flowers_round_is_split_into_nodes_transport_codec_and_round_loop(monkeypatch):
+    # By hand: 10 nodes on 2 CPUs whose handlers took 2.0 s together overlap into 1.0 s of the 1.5 s exchange,
+    # leaving 0.5 s to Flower; 0.05 + 0.05 s of server encoding and decoding; 2.0 − 1.5 − 0.1 = 0.4 s of loop.
+    monkeypatch.setattr(engine_compare.os, "cpu_count", lambda: 2)
+    row = {
+        "clients": 10,
+        "round_s": 2.0,
+        "flower_exchange_s": 1.5,
+        "flower_node_handler_sum_s": 2.0,
+        "flower_node_work_sum_s": 1.0,
+        "flower_encode_s": 0.05,
+        "flower_decode_s": 0.05,
+    }
+    split = engine_compare.flower_split(row)
+    expected = {
+        "nodes_s": 1.0,
+        "node_training_s": 0.5,
+        "flower_transport_s": 0.5,
+        "server_codec_s": 0.1,
+        "round_loop_s": 0.4,
+    }
+    assert split == pytest.approx(expected)
+    monkeypatch.setattr(engine_compare.os, "cpu_count", lambda: 64)  # more CPUs than nodes: one each
+    assert engine_compare.flower_split(row)["nodes_s"] == pytest.approx(0.2)
 
 
 def test_a_target_in_words_is_neither_met_nor_missed():
