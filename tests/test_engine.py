@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -295,6 +296,33 @@ def test_a_run_can_start_from_another_runs_final_global_model(tmp_path):
     warm.model.params = {"hidden_sizes": [16]}
     with pytest.raises(ConfigError, match="same model"):
         make_simulation(warm).setup()
+
+
+def test_a_warm_started_run_is_reused_or_resumed_only_while_its_warm_start_is_unchanged(tmp_path):
+    from fedhet.comparison import conflicting_cells, finished_summary, resumable
+
+    def source(lr: float) -> None:
+        cfg = small_config(train__rounds=1, train__lr=lr)
+        cfg.eval.fairness = False
+        make_simulation(cfg, run_dir=tmp_path / "a", overwrite=True).run()
+
+    source(0.05)
+    warm = small_config(train__rounds=2)
+    warm.eval.fairness, warm.eval.checkpoint_every = False, 1
+    warm.model.init_from = str(tmp_path / "a")
+    make_simulation(warm, run_dir=tmp_path / "b").run()
+    assert json.loads((tmp_path / "b" / "warm_start.json").read_text())["init_from"] == str(tmp_path / "a")
+    assert finished_summary(warm, tmp_path / "b") is not None
+    source(0.05)  # the same source run again: the same weights, still reused
+    assert finished_summary(warm, tmp_path / "b") is not None
+    source(0.07)  # another source model at the same path: b is no longer this experiment's result
+    assert finished_summary(warm, tmp_path / "b") is None
+    cell = SimpleNamespace(run_dir=tmp_path / "b", cfg=warm)  # the two fields of a planned cell it reads
+    assert conflicting_cells([cell]) == [f"{tmp_path / 'b'} (finished, another configuration)"]
+    (tmp_path / "b" / "summary.json").unlink()  # unfinished, with checkpoints: resuming it is refused too
+    assert not resumable(warm, tmp_path / "b")
+    with pytest.raises(ConfigError, match="started from other weights"):
+        make_simulation(warm, run_dir=tmp_path / "b", resume=True).run()
 
 
 def test_a_client_whose_training_raises_is_a_failed_client_and_the_run_goes_on(tmp_path):

@@ -30,6 +30,7 @@ import numpy as np
 from fedhet.algorithms import accepted_params, build_strategy, strategy_class
 from fedhet.config import ExperimentConfig, apply_override, load_config
 from fedhet.engine import checkpoint as ckpt
+from fedhet.engine.rounds import recorded_warm_start, warm_start_digest
 from fedhet.engine.rundir import run_dir_state
 from fedhet.errors import FedhetError, RunDirectoryError, TrainingDivergedError
 from fedhet.experiment import (
@@ -102,11 +103,18 @@ def remember_standalone(run: PlannedRun, summary: dict[str, Any]) -> None:
 
 
 def _same_run(cfg: ExperimentConfig, config_file: Path) -> bool:
-    """Whether ``config_file`` (a run's config.toml) describes the same experiment as ``cfg``."""
+    """Whether ``config_file`` (a run's config.toml) describes the same experiment as ``cfg``; for a run
+    started from another run's model (``model.init_from``), also from the same weights as that run holds now
+    (a run that did not record them, from before the record existed, is taken as the same)."""
     try:
-        return load_config(config_file).run_fingerprint() == cfg.run_fingerprint()
+        if load_config(config_file).run_fingerprint() != cfg.run_fingerprint():
+            return False
     except FedhetError:
         return False
+    if not cfg.model.init_from:
+        return True
+    recorded = recorded_warm_start(config_file.parent)
+    return recorded is None or recorded == warm_start_digest(cfg.model.init_from.format(seed=cfg.seed))
 
 
 def finished_summary(cfg: ExperimentConfig, run_dir: Path) -> dict[str, Any] | None:

@@ -34,6 +34,7 @@ from fedhet.engine.guards import guard_updates, model_is_finite, update_norms
 from fedhet.engine.protocol import LR_KEY, FederationInfo, Instruction, Reply, Strategy
 from fedhet.engine.rundir import claim_run_dir, write_atomic
 from fedhet.engine.seeds import derived_rng, model_seed
+from fedhet.engine.weights import weights_digest
 from fedhet.errors import CheckpointError, ClientUpdateError, ConfigError, TrainingDivergedError
 from fedhet.models.registry import check_model_contract
 from fedhet.report.provenance import commit
@@ -88,6 +89,28 @@ def sample_clients(cfg: ExperimentConfig, rnd: int) -> list[int]:
     if k >= n:
         return list(range(n))
     return sorted(int(c) for c in derived_rng(cfg.seed, "sampling", rnd).choice(n, k, replace=False))
+
+
+#: A run started from another run's model (``model.init_from``) records here which weights it started from.
+WARM_START_FILE = "warm_start.json"
+
+
+def warm_start_digest(run_dir: str | os.PathLike) -> str | None:
+    """The digest of the model a run started from ``run_dir`` would load now, or None without a checkpoint."""
+    path = ckpt.latest_checkpoint(run_dir) if Path(run_dir).is_dir() else None
+    if path is None:
+        return None
+    weights = ckpt.load_checkpoint(path)["strategy"].get("model")
+    return weights_digest(weights) if isinstance(weights, dict) else None
+
+
+def recorded_warm_start(run_dir: str | os.PathLike) -> str | None:
+    """The digest of the weights the run in ``run_dir`` recorded it started from (None: not recorded)."""
+    path = Path(run_dir) / WARM_START_FILE
+    try:
+        return str(json.loads(path.read_text())["digest"]) if path.is_file() else None
+    except (json.JSONDecodeError, KeyError, TypeError):
+        return None
 
 
 def warm_start_weights(run_dir: str | os.PathLike, model: nn.Module) -> dict[str, Tensor]:
@@ -239,8 +262,13 @@ class RoundLoop:
             torch.manual_seed(model_seed(cfg.seed))
             model = self.model_factory()
         check_model_contract(model, strategy.model_needs, strategy.name, cfg.model.name)
+        self.warm_start: dict[str, str] | None = None
         if cfg.model.init_from:  # "{seed}" in the path: one warm start per seed
-            model.load_state_dict(warm_start_weights(cfg.model.init_from.format(seed=cfg.seed), model))
+            source = cfg.model.init_from.format(seed=cfg.seed)
+            weights = warm_start_weights(source, model)
+            model.load_state_dict(weights)
+            # Recorded so that a finished run is reused only while its warm start is unchanged.
+            self.warm_start = {"init_from": source, "digest": weights_digest(weights)}
         #: A model of the run's architecture, whose state dict every reply is checked against.
         self.template = self.model_factory()
         self.rare_classes = list(self.fed.info.get("rare_classes", [])) or None
@@ -479,6 +507,13 @@ class RoundLoop:
                 f"the checkpoint in {path} was written by a different configuration; "
                 "resume with the run's own config.toml or start a new run directory"
             )
+        recorded = recorded_warm_start(self.run_dir)
+        if self.warm_start is not None and recorded is not None and recorded != self.warm_start["digest"]:
+            raise ConfigError(
+                f"{self.run_dir} started from other weights than model.init_from="
+                f"{self.warm_start['init_from']!r} holds now (that run changed since); resume is refused: "
+                "start a new run directory, or overwrite this one"
+            )
         self.strategy.load_state_dict(state["strategy"])
         self.transport.load_state_dict(state["clients"])
         self.info.rng.bit_generator.state = state["strategy_rng"]
@@ -518,6 +553,8 @@ class RoundLoop:
             # A run counts as finished only once its summary is written.
             (self.run_dir / "summary.json").unlink(missing_ok=True)
             write_atomic(self.run_dir / "config.toml", to_toml(cfg))
+            if self.warm_start is not None:
+                write_atomic(self.run_dir / WARM_START_FILE, json.dumps(self.warm_start, indent=2))
             self._write_partition()
         from fedhet.report.tensorboard import TensorBoardLog  # lazily: reports import matplotlib
 
