@@ -165,6 +165,14 @@ def test_a_row_adds_its_own_overrides_at_a_reduced_scale_only(tmp_path, capsys):
     assert main([*argv, "--set", "train.lr=0.04"]) == 0  # the user's --set comes last
     own = json.loads(capsys.readouterr().out.strip().splitlines()[-1])["results"][1]
     assert load_config(f"{own['run_dir']}/fedavg-seed0/config.toml").train.lr == 0.04
+    # A reproduction of some rows (--rows) lists the others on its page as not part of it.
+    assert main([*argv, "--set", "train.lr=0.04", "--rows", "own"]) == 0
+    plain, own = json.loads(capsys.readouterr().out.strip().splitlines()[-1])["results"]
+    assert own["available"] and not plain["available"] and "--rows 'own'" in plain["note"]
+    assert (
+        "| plain | — | — | — | — | — |  ← not run: not part of this reproduction"
+        in (tmp_path / "out2" / "reproduce.md").read_text()
+    )
     spec.write_text(spec.read_text().replace("scales = { cpu = ['train.lr=0.03'] }", "scales = { gpu = [] }"))
     with pytest.raises(ConfigError, match="'quick' or 'cpu'"):
         load_spec(str(spec))

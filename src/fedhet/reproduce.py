@@ -388,9 +388,17 @@ def run_spec(
     results = []
     done: dict[tuple, tuple[dict[str, Any], Path]] = {}  # rows that share their runs (e.g. two metrics)
     for row in spec.rows:
-        if rows and rows.lower() not in row.name.lower():
-            continue
         wanted = [m for m in (methods or spec.methods) if not row.methods or m in row.methods]
+        if rows and rows.lower() not in row.name.lower():  # listed, so a page says which rows it lacks
+            results.append(
+                {
+                    "row": row.name,
+                    "available": False,
+                    "note": f"not part of this reproduction (made with --rows {rows!r})",
+                    "methods": {m: {"paper": row.paper.get(m)} for m in wanted},
+                }
+            )
+            continue
         own = row.scale_overrides.get(scale, [])  # the row's own cuts at this scale, after the scale's
         overrides = [*chosen.overrides, *own, *user]
         note = row.note + (f" At the {scale} scale this row also sets {', '.join(own)}." if own else "")
