@@ -178,6 +178,37 @@ def test_a_row_adds_its_own_overrides_at_a_reduced_scale_only(tmp_path, capsys):
         load_spec(str(spec))
 
 
+def test_two_tables_share_a_rows_runs_through_its_folder(tmp_path, capsys):
+    cfg = tmp_path / "small.toml"
+    cfg.write_text(
+        "[data]\ndataset = 'fashion-mnist'\nsplit = 'iid'\nclients = 3\nmax_train_samples = 900\n"
+        "max_test_samples = 300\n[train]\nrounds = 1\n[eval]\nfairness = false\n"
+    )
+    first, second = tmp_path / "first.toml", tmp_path / "second.toml"
+    first.write_text(
+        "title = 'a'\nseeds = 1\nmethods = ['fedavg']\n[[rows]]\nname = 'IID'\nconfig = 'small.toml'\n"
+    )
+    second.write_text(
+        "title = 'b'\nseeds = 1\nmethods = ['fedavg']\n[[rows]]\nname = 'IID, another metric'\n"
+        "config = 'small.toml'\nmetric = 'balanced_accuracy'\nruns = 'iid'\n"
+    )
+    out = tmp_path / "out"
+    assert main(["reproduce", str(first), "--out", str(out), "--json", "--quiet"]) == 0
+    (row,) = json.loads(capsys.readouterr().out.strip().splitlines()[-1])["results"]
+    summary = Path(row["run_dir"]) / "fedavg-seed0" / "summary.json"
+    assert Path(row["run_dir"]) == out / "iid"
+    written = summary.stat().st_mtime_ns
+    assert main(["reproduce", str(second), "--out", str(out), "--json", "--quiet"]) == 0
+    (row,) = json.loads(capsys.readouterr().out.strip().splitlines()[-1])["results"]
+    assert Path(row["run_dir"]) == out / "iid" and summary.stat().st_mtime_ns == written  # reused, not rerun
+    assert row["methods"]["fedavg"]["ours"] == pytest.approx(
+        100 * json.loads(summary.read_text())["final"]["balanced_accuracy"]
+    )
+    second.write_text(second.read_text().replace("runs = 'iid'", "runs = '../elsewhere'"))
+    with pytest.raises(ConfigError, match="folder name"):
+        load_spec(str(second))
+
+
 def _page_cells(page: str, methods: list[str]) -> dict[tuple[str, str], str]:
     """(row, method) -> cell text of the result page's table."""
     all_lines = page.splitlines()

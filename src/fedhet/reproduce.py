@@ -20,6 +20,7 @@ A table is a TOML file (``configs/reproduce/*.toml``)::
     set = ["data.validation_fraction=0.1"]      # optional overrides
     paper = { fedavg = "81.63 ± 2.69", celm = "83.64 ± 0.42" }
     scales = { cpu = ["data.split_params.alpha=0.1"] }   # optional: this row's own overrides at a scale
+    runs = "dir-0.05"                            # optional: its runs' folder under --out (default: from name)
 
     [[rows]]
     name = "FedISIC natural"
@@ -44,6 +45,10 @@ A table is a TOML file (``configs/reproduce/*.toml``)::
 
 A row's own ``scales`` apply after the scale's and before the user's ``--set`` (e.g. a split whose per-label
 sample bounds must shrink with a reduced training set); the page lists them under the table.
+
+A row's runs go to a folder of ``--out`` named after the row (``Dir 0.05`` -> ``dir-0.05``), or ``runs``.
+Runs of the same experiment are reused from there, so two tables given the same ``--out`` share their cells
+when their rows' folders match: ``runs`` names the folder of another table's row.
 
 ``--scale full`` is the table as written (the papers' settings). Every printed table and result page says
 its scale and how many rounds, clients and seeds each row used, so a reduced-scale run is never mistaken for a
@@ -86,6 +91,12 @@ class Row:
     warmstart: tuple[Path, str] | None = None
     #: This row's own overrides at a reduced scale ("quick"/"cpu" -> --set values), after the scale's.
     scale_overrides: dict[str, list[str]] = field(default_factory=dict)
+    #: The folder of this row's runs under the output directory (default: the name, slugged).
+    runs: str = ""
+
+    @property
+    def folder(self) -> str:
+        return self.runs or re.sub(r"[^A-Za-z0-9.]+", "-", self.name).strip("-").lower()
 
 
 @dataclass(frozen=True)
@@ -184,8 +195,10 @@ ROW_KEYS = {
     "scale",
     "warmstart",
     "scales",
+    "runs",
 }
 GATES = ("", "fssl")
+_FOLDER = re.compile(r"^[a-z0-9][a-z0-9.-]*$")
 
 
 def load_spec(name: str) -> Spec:
@@ -239,8 +252,14 @@ def load_spec(name: str) -> Spec:
                 scale=float(r["scale"]) if "scale" in r else None,
                 warmstart=_warmstart(path, r),
                 scale_overrides=_row_scales(path, r),
+                runs=str(r.get("runs", "")),
             )
         )
+        if rows[-1].runs and not _FOLDER.match(rows[-1].runs):
+            raise ConfigError(
+                f"{path}: row {rows[-1].name!r}: runs={rows[-1].runs!r} must be a folder name of lower-case "
+                "letters, digits, '.' and '-' (e.g. 'fashion-mnist-pow')"
+            )
         stray = set(rows[-1].methods) - set(raw.get("methods", []))
         if stray:
             raise ConfigError(
@@ -423,7 +442,7 @@ def run_spec(
             continue
         seed_list = [base.seed + i for i in range(n_seeds)]
         params = {m: {**spec.method_params.get(m, {}), **row.method_params.get(m, {})} for m in wanted}
-        slug = re.sub(r"[^A-Za-z0-9.]+", "-", row.name).strip("-").lower()
+        slug = row.folder
         if row.warmstart is not None:  # phase A first; the row's methods start from its models
             warm_config, warm_method = row.warmstart
             warm = configured(warm_config, row.overrides + overrides)
