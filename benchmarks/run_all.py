@@ -135,8 +135,13 @@ BENCHES = (
         "training), where each engine's round time is its own per-round cost. "
         "`flower_over_embedded_round_one_step_N` is the ratio of those costs; "
         "`flower_training_share_N` is the part of Flower's one-epoch round left once its one-step round is "
-        "taken out, the part no engine can save. How Flower's own cost splits between Ray's scheduling and "
-        "message serialisation is not measured.",
+        "taken out, the part no engine can save. `flower_split_*` splits each Flower round (medians, "
+        "seconds) with the times the nodes report in their replies and the server's own: `nodes_s`, the "
+        "nodes' handlers as they overlap on the workers (their summed time over the workers that ran them, "
+        "one per CPU; `node_training_s` the training inside them); `flower_transport_s`, the rest of the "
+        "exchange (Flower carrying the messages through its SuperLink state and Ray to the workers and back, "
+        "including its two 0.1 s polling loops); `server_codec_s`, the server turning instructions into "
+        "Flower records and replies back; `round_loop_s`, the round loop's own work (aggregation, evaluation).",
     ),
     Bench(
         "celm_probe",
