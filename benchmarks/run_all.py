@@ -141,7 +141,8 @@ BENCHES = (
         "one per CPU; `node_training_s` the training inside them); `flower_transport_s`, the rest of the "
         "exchange (Flower carrying the messages through its SuperLink state and Ray to the workers and back, "
         "including its two 0.1 s polling loops); `server_codec_s`, the server turning instructions into "
-        "Flower records and replies back; `round_loop_s`, the round loop's own work (aggregation, evaluation).",
+        "Flower records and replies back; `round_loop_s`, the round loop's own work (aggregation, "
+        "evaluation).",
     ),
     Bench(
         "celm_probe",
