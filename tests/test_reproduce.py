@@ -242,7 +242,7 @@ def test_quick_reproduction_writes_a_result_page_with_every_cell_and_continues(t
                 rf"\*\*\d+\.\d\d\*\* \(1 seed\) / paper {paper:.2f} ± {std:.2f} / Δ [+-]\d",
                 cells[(row.name, m)],
             )
-    assert f"fedhet reproduce celm-table1-fmnist --scale quick --page {page}" in text
+    assert f"fedhet reproduce celm-table1-fmnist --scale quick --out {out} --page {page}" in text
     assert (
         "scale **quick**" in text and "Page written at commit" in text and "## Gaps and their causes" in text
     )

@@ -584,6 +584,7 @@ def reproduce_command(args: argparse.Namespace, table: str, scale: str) -> str:
         "--rounds": args.rounds,
         "--rows": args.rows,
         "--methods": args.methods,
+        "--out": args.out,  # where its runs are (tables sharing runs name the same folder)
     }
     optional["--jobs"] = args.jobs if args.jobs > 1 else None
     for flag, value in optional.items():
