@@ -15,7 +15,7 @@ Per row (one folder of RUNS per row, cells ``<method>-seed<k>``) and cell:
 - **the window**: max a − max s (how far the best reward beats the best standalone client) and the mean width
   of the clients' windows (s_i, upper_i], in accuracy points, at the final round;
 - **ties**: the largest group of clients with equal rewards at the final round (FedRAC's tied submodel sizes
-  give equal rewards; the bound puts the weaker of them *above*).
+  give equal rewards), and, in brackets after the *above* count, how many of the clients above are in it.
 """
 
 from __future__ import annotations
@@ -45,6 +45,15 @@ def bcf_classes(s: np.ndarray, a: np.ndarray, alpha: float) -> tuple[int, int, f
     return below, above, float(np.mean(upper - s))
 
 
+def tied_above(s: np.ndarray, a: np.ndarray, alpha: float) -> int:
+    """How many of the clients above their upper bound share the most common reward (a tie)."""
+    upper = (alpha + (1.0 - alpha) * s / s.max()) * a.max()
+    rounded = np.round(a, 6)
+    values, counts = np.unique(rounded, return_counts=True)
+    tied = (rounded == values[counts.argmax()]) if counts.max() > 1 else np.zeros_like(a, dtype=bool)
+    return int(np.sum(tied & (a > s) & (a > upper)))
+
+
 def cell_facts(cell: Path, alpha: float) -> dict:
     evals = evaluations(cell)
     if not evals:
@@ -66,7 +75,13 @@ def cell_facts(cell: Path, alpha: float) -> dict:
         recomputed = 1.0 - (below + above) / len(a)
         if logged is not None and abs(logged - recomputed) > 1e-9:
             raise SystemExit(f"{cell}: round {e['round']}: logged rate {logged} != recomputed {recomputed}")
-        out[label] = {"round": e["round"], "rate": recomputed, "below": below, "above": above}
+        out[label] = {
+            "round": e["round"],
+            "rate": recomputed,
+            "below": below,
+            "above": above,
+            "tied_above": tied_above(s, a, alpha),
+        }
     a = np.asarray(evals[-1]["rewards"], dtype=np.float64)
     out["gain_points"] = 100 * (a.max() - s.max())
     out["window_points"] = 100 * bcf_classes(s, a, alpha)[2]
@@ -83,8 +98,8 @@ def main() -> None:
     for row in sorted(p for p in root.iterdir() if p.is_dir()):
         print(f"\n## {row.name}")
         print(
-            "cell | fairness best (round) | final | last 100 | rate best (round): below/above | "
-            "rate final: below/above | max a − max s | window | largest tie"
+            "cell | fairness best (round) | final | last 100 | rate best (round): below/above (tied) | "
+            "rate final: below/above (tied) | max a − max s | window | largest tie"
         )
         for cell in sorted(p for p in row.iterdir() if (p / "summary.json").exists()):
             f = cell_facts(cell, args.alpha)
@@ -94,8 +109,9 @@ def main() -> None:
             print(
                 f"{cell.name} | {f['fairness_best']:.2f} ({f['fairness_best_round']}) | "
                 f"{f['fairness_final']:.2f} | {f['fairness_last100']:.2f} | "
-                f"{rb['rate']:.1f} ({rb['round']}): {rb['below']}/{rb['above']} | "
-                f"{rf['rate']:.1f}: {rf['below']}/{rf['above']} | {f['gain_points']:+.2f} | "
+                f"{rb['rate']:.1f} ({rb['round']}): {rb['below']}/{rb['above']} ({rb['tied_above']}) | "
+                f"{rf['rate']:.1f}: {rf['below']}/{rf['above']} ({rf['tied_above']}) | "
+                f"{f['gain_points']:+.2f} | "
                 f"{f['window_points']:.2f} | {f['largest_tie']}"
             )
 
