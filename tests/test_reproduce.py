@@ -209,6 +209,24 @@ def test_two_tables_share_a_rows_runs_through_its_folder(tmp_path, capsys):
         load_spec(str(second))
 
 
+def test_a_reward_metric_page_draws_the_metric_per_round_and_rewards_against_standalone(tmp_path):
+    cfg = tmp_path / "small.toml"
+    cfg.write_text(
+        "[data]\ndataset = 'fashion-mnist'\nsplit = 'iid'\nclients = 3\nmax_train_samples = 900\n"
+        "max_test_samples = 300\n[train]\nrounds = 2\n[eval]\nfairness = true\n"
+    )
+    spec = tmp_path / "fair.toml"
+    spec.write_text(
+        "title = 'f'\nmetric = 'fairness_pearson'\nview = 'best'\nscale = 1\nseeds = 1\n"
+        "methods = ['fedavg']\n[[rows]]\nname = 'IID'\nconfig = 'small.toml'\n"
+    )
+    page = tmp_path / "results" / "fair.md"
+    assert main(["reproduce", str(spec), "--out", str(tmp_path / "out"), "--page", str(page), "--quiet"]) == 0
+    linked = re.findall(r"\]\((figures/[^)]+)\)", page.read_text())
+    assert linked == ["figures/fair-metric.png", "figures/fair-accuracy.png", "figures/fair-rewards.png"]
+    assert all((page.parent / f).is_file() for f in linked)
+
+
 def _page_cells(page: str, methods: list[str]) -> dict[tuple[str, str], str]:
     """(row, method) -> cell text of the result page's table."""
     all_lines = page.splitlines()
@@ -247,7 +265,9 @@ def test_quick_reproduction_writes_a_result_page_with_every_cell_and_continues(t
         "scale **quick**" in text and "Page written at commit" in text and "## Gaps and their causes" in text
     )
     assert f"Its {len(spec.rows) * len(spec.methods)} runs took" in text and "were computed at commit" in text
-    for figure in re.findall(r"\]\((figures/[^)]+)\)", text):
+    figures = re.findall(r"\]\((figures/[^)]+)\)", text)
+    assert figures == [f"figures/{page.stem}-accuracy.png", f"figures/{page.stem}-weights.png"]
+    for figure in figures:
         assert (page.parent / figure).is_file()
     index = (page.parent / "README.md").read_text()
     assert "[celm-table1-fmnist.md](celm-table1-fmnist.md) | quick" in index

@@ -693,6 +693,111 @@ def accuracy_figure(spec: Spec, results: list[dict[str, Any]], path: Path) -> Pa
     return path
 
 
+#: Table metrics computed from the clients' reward accuracies against their standalone accuracies.
+REWARD_METRICS = ("fairness_pearson", "fairness_spearman", "bcf_rate", "bcf_rate_code", "ipr")
+
+
+def metric_figure(spec: Spec, results: list[dict[str, Any]], path: Path) -> Path | None:
+    """One panel per measured row whose metric is not the test accuracy (the accuracy figure shows that):
+    each method's value of the row's metric per evaluated round, mean over seeds. A table that reports the
+    best over rounds shows here how far that maximum is above the level a method holds."""
+    rows = [r for r in results if r["available"] and r.get("run_dir") and r.get("metric") != "accuracy"]
+    if not rows:
+        return None
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    cols = min(3, len(rows))
+    nrows = math.ceil(len(rows) / cols)
+    fig, axes = plt.subplots(
+        nrows, cols, figsize=(4.2 * cols, 3.2 * nrows), squeeze=False, constrained_layout=True
+    )
+    drawn = False
+    for ax, r in zip(axes.flat, rows, strict=False):
+        for m in r["methods"]:
+            curve = _curves(Path(r["run_dir"]), m, r["seeds"], r["metric"])
+            if curve is not None:
+                ax.plot(curve[0], curve[1], label=m, linewidth=0.8)
+                drawn = True
+        ax.set_title(r["row"], fontsize=9)
+        ax.set_xlabel("round")
+        ax.set_ylabel(r["metric"])
+        ax.grid(alpha=0.3)
+    for ax in list(axes.flat)[len(rows) :]:
+        ax.axis("off")
+    if not drawn:
+        plt.close(fig)
+        return None
+    axes.flat[0].legend(fontsize=7)
+    fig.suptitle("the table's metric per evaluated round (mean over seeds)", fontsize=9)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path
+
+
+def rewards_figure(spec: Spec, results: list[dict[str, Any]], path: Path) -> Path | None:
+    """For tables of reward metrics (fairness, rate): one panel per measured row, every client's final
+    reward accuracy against its standalone accuracy (what the fairness correlation and the α-BCF bound
+    compare), per method, all seeds, with the line reward = standalone."""
+    if spec.metric not in REWARD_METRICS:
+        return None
+    panels: list[tuple[str, str, np.ndarray, np.ndarray]] = []
+    for r in results:
+        if not (r["available"] and r.get("run_dir")):
+            continue
+        for m in r["methods"]:
+            xs, ys = [], []
+            for seed in r["seeds"]:
+                summary = Path(r["run_dir"]) / f"{m}-seed{seed}" / "summary.json"
+                data = json.loads(summary.read_text()) if summary.is_file() else {}
+                if data.get("rewards") and data.get("standalone"):
+                    xs += data["standalone"]
+                    ys += data["rewards"]
+            if xs:
+                panels.append((r["row"], m, 100 * np.array(xs, float), 100 * np.array(ys, float)))
+    if not panels:
+        return None
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = sorted({p[0] for p in panels}, key=[r["row"] for r in results].index)
+    methods = list(dict.fromkeys(p[1] for p in panels))
+    fig, axes = plt.subplots(
+        len(rows),
+        len(methods),
+        figsize=(2.4 * len(methods), 2.5 * len(rows)),
+        squeeze=False,
+        constrained_layout=True,
+    )
+    for i, row in enumerate(rows):
+        for j, m in enumerate(methods):
+            ax = axes[i][j]
+            mine = [p for p in panels if p[0] == row and p[1] == m]
+            if not mine:
+                ax.axis("off")
+                continue
+            _, _, x, y = mine[0]
+            ax.scatter(x, y, s=10, alpha=0.7)
+            low, high = float(min(x.min(), y.min())), float(max(x.max(), y.max()))
+            ax.plot([low, high], [low, high], color="grey", linewidth=0.7, linestyle="--")
+            ax.set_title(f"{m}" + (f"\n{row}" if j == 0 else ""), fontsize=8)
+            ax.tick_params(labelsize=7)
+            ax.set_xlabel("standalone %", fontsize=7)
+            if j == 0:
+                ax.set_ylabel("final reward %", fontsize=7)
+            ax.grid(alpha=0.3)
+    fig.suptitle("every client's final reward against its standalone accuracy (all seeds)", fontsize=9)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path
+
+
 def weights_figure(spec: Spec, results: list[dict[str, Any]], path: Path) -> Path | None:
     """Each row's final per-client contribution weights (or reward accuracies), mean over seeds, per method
     that has them (CELM, CGSV, ShapFed; FedRAC, CFFL rewards)."""
@@ -848,9 +953,13 @@ def write_page(
 
     figures = []
     fig_dir = page.parent / "figures"
+    reward_table = spec.metric in REWARD_METRICS
     for title, fn, suffix in (
+        ("the table's metric over rounds", metric_figure, "metric"),
         ("accuracy over rounds", accuracy_figure, "accuracy"),
-        ("final contribution weights or rewards", weights_figure, "weights"),
+        ("final rewards against standalone accuracies", rewards_figure, "rewards")
+        if reward_table
+        else ("final contribution weights or rewards", weights_figure, "weights"),
     ):
         made = fn(spec, results, fig_dir / f"{page.stem}-{suffix}.png")
         if made is not None:
