@@ -219,12 +219,31 @@ def test_a_reward_metric_page_draws_the_metric_per_round_and_rewards_against_sta
     spec.write_text(
         "title = 'f'\nmetric = 'fairness_pearson'\nview = 'best'\nscale = 1\nseeds = 1\n"
         "methods = ['fedavg']\n[[rows]]\nname = 'IID'\nconfig = 'small.toml'\n"
+        "[[rows]]\nname = 'later'\nconfig = 'small.toml'\n"
+        "[[rows]]\nname = 'offline'\navailable = false\n"
     )
     page = tmp_path / "results" / "fair.md"
-    assert main(["reproduce", str(spec), "--out", str(tmp_path / "out"), "--page", str(page), "--quiet"]) == 0
+    argv = ["reproduce", str(spec), "--out", str(tmp_path / "out"), "--page", str(page), "--quiet"]
+    assert main([*argv, "--rows", "IID"]) == 0
+    # One of the two rows that can run here was run (the offline row does not count).
+    assert page.read_text().startswith("<!-- fedhet reproduce: table=fair scale=full commit=")
+    assert page.read_text().split("\n", 1)[0].endswith(" rows=1/2 -->")
     linked = re.findall(r"\]\((figures/[^)]+)\)", page.read_text())
     assert linked == ["figures/fair-metric.png", "figures/fair-accuracy.png", "figures/fair-rewards.png"]
     assert all((page.parent / f).is_file() for f in linked)
+
+
+def test_the_index_says_when_a_page_holds_only_some_rows(tmp_path):
+    from fedhet.reproduce import write_index
+
+    head = "<!-- fedhet reproduce: table={} scale=full commit=abc1234{} -->\n# page\n"
+    (tmp_path / "celm-table1-fmnist.md").write_text(head.format("celm-table1-fmnist", " rows=2/5"))
+    (tmp_path / "proxyfl-gated.md").write_text(head.format("proxyfl-gated", " rows=1/1"))
+    (tmp_path / "proxyfl-table1.md").write_text(head.format("proxyfl-table1", ""))  # a page from before
+    index = write_index(tmp_path).read_text()
+    assert "[celm-table1-fmnist.md](celm-table1-fmnist.md) | full (2 of 5 rows) | abc1234 |" in index
+    assert "[proxyfl-gated.md](proxyfl-gated.md) | full | abc1234 |" in index
+    assert "[proxyfl-table1.md](proxyfl-table1.md) | full | abc1234 |" in index
 
 
 def _page_cells(page: str, methods: list[str]) -> dict[tuple[str, str], str]:

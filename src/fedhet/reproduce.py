@@ -408,16 +408,6 @@ def run_spec(
     done: dict[tuple, tuple[dict[str, Any], Path]] = {}  # rows that share their runs (e.g. two metrics)
     for row in spec.rows:
         wanted = [m for m in (methods or spec.methods) if not row.methods or m in row.methods]
-        if rows and rows.lower() not in row.name.lower():  # listed, so a page says which rows it lacks
-            results.append(
-                {
-                    "row": row.name,
-                    "available": False,
-                    "note": f"not part of this reproduction (made with --rows {rows!r})",
-                    "methods": {m: {"paper": row.paper.get(m)} for m in wanted},
-                }
-            )
-            continue
         own = row.scale_overrides.get(scale, [])  # the row's own cuts at this scale, after the scale's
         overrides = [*chosen.overrides, *own, *user]
         note = row.note + (f" At the {scale} scale this row also sets {', '.join(own)}." if own else "")
@@ -434,8 +424,10 @@ def run_spec(
             continue
         base = row_config(row, overrides or [])
         missing = _data_missing(base)
-        if missing:
-            entry.update(available=False, note=missing)
+        left_out = bool(rows) and rows.lower() not in row.name.lower()
+        if missing or left_out:  # listed, so a page says which rows it lacks and why
+            note = missing or f"not part of this reproduction (made with --rows {rows!r})"
+            entry.update(available=False, note=note, left_out=not missing)
             for m in wanted:
                 entry["methods"][m] = {"paper": row.paper.get(m)}
             results.append(entry)
@@ -635,8 +627,10 @@ def write_results_csv(results: list[dict[str, Any]], path: Path) -> Path:
 
 
 # -- result pages (docs/results/<name>.md) ------------------------------------------------------------------
-PAGE_MARK = "<!-- fedhet reproduce: table={table} scale={scale} commit={commit} -->"
-_PAGE_MARK = re.compile(r"<!-- fedhet reproduce: table=(\S+) scale=(\S+) commit=(.+?) -->")
+PAGE_MARK = "<!-- fedhet reproduce: table={table} scale={scale} commit={commit} rows={rows} -->"
+_PAGE_MARK = re.compile(
+    r"<!-- fedhet reproduce: table=(\S+) scale=(\S+) commit=(.+?)(?: rows=(\d+)/(\d+))? -->"
+)
 
 
 def _curves(run_dir: Path, method: str, seeds: list[int], metric: str) -> tuple[list[int], np.ndarray] | None:
@@ -906,7 +900,7 @@ def render_page(
     else:
         computed = ""
     lines = [
-        PAGE_MARK.format(table=spec.path.stem, scale=scale, commit=commit),
+        PAGE_MARK.format(table=spec.path.stem, scale=scale, commit=commit, rows=rows_measured(results)),
         f"# {spec.title}",
         "",
         "Regenerate every number on this page with:",
@@ -981,6 +975,14 @@ def write_page(
     return page
 
 
+def rows_measured(results: list[dict[str, Any]]) -> str:
+    """``k/n``: the rows this reproduction ran, of those that can run here (a row left out with ``--rows``
+    counts in n; a row whose data are not here does not)."""
+    ran = sum(1 for r in results if r["available"] and r.get("run_dir"))
+    left_out = sum(1 for r in results if not r["available"] and r.get("left_out"))
+    return f"{ran}/{ran + left_out}"
+
+
 def write_index(pages_dir: Path) -> Path:
     """``README.md`` of the result pages: every reproduction table, its page and scale where one exists."""
     pages = {}
@@ -990,7 +992,12 @@ def write_index(pages_dir: Path) -> Path:
         head = p.read_text().split("\n", 1)[0]
         m = _PAGE_MARK.match(head)
         if m:
-            pages[m.group(1)] = (p.name, m.group(2), m.group(3))
+            some = m.group(4) is not None and m.group(4) != m.group(5)
+            pages[m.group(1)] = (
+                p.name,
+                m.group(2) + (f" ({m.group(4)} of {m.group(5)} rows)" if some else ""),
+                m.group(3),
+            )
     lines = [
         "# Reproduction results",
         "",
