@@ -61,6 +61,7 @@ import json
 import math
 import re
 import tomllib
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -648,9 +649,16 @@ def _curves(run_dir: Path, method: str, seeds: list[int], metric: str) -> tuple[
     return rounds, np.array([[s[r] for r in rounds] for s in series]).mean(axis=0)
 
 
-def accuracy_figure(spec: Spec, results: list[dict[str, Any]], path: Path) -> Path | None:
-    """One panel per measured row: each method's test accuracy (mean over seeds) against the round."""
-    rows = [r for r in results if r["available"] and r.get("run_dir")]
+def _curves_figure(
+    rows: list[dict[str, Any]],
+    metric_of: Callable[[dict[str, Any]], str],
+    factor: float,
+    ylabel: str,
+    title: str,
+    path: Path,
+) -> Path | None:
+    """One panel per row: each method's ``metric_of(row)`` (× ``factor``, mean over seeds) per evaluated
+    round; None when no run has the metric."""
     if not rows:
         return None
     import matplotlib
@@ -666,13 +674,13 @@ def accuracy_figure(spec: Spec, results: list[dict[str, Any]], path: Path) -> Pa
     drawn = False
     for ax, r in zip(axes.flat, rows, strict=False):
         for m in r["methods"]:
-            curve = _curves(Path(r["run_dir"]), m, r["seeds"], "accuracy")
+            curve = _curves(Path(r["run_dir"]), m, r["seeds"], metric_of(r))
             if curve is not None:
-                ax.plot(curve[0], 100 * curve[1], label=m)
+                ax.plot(curve[0], factor * curve[1], label=m, linewidth=0.8)
                 drawn = True
-        ax.set_title(r["row"])
+        ax.set_title(r["row"], fontsize=9)
         ax.set_xlabel("round")
-        ax.set_ylabel("test accuracy (%)")
+        ax.set_ylabel(ylabel or metric_of(r))
         ax.grid(alpha=0.3)
     for ax in list(axes.flat)[len(rows) :]:
         ax.axis("off")
@@ -680,11 +688,18 @@ def accuracy_figure(spec: Spec, results: list[dict[str, Any]], path: Path) -> Pa
         plt.close(fig)
         return None
     axes.flat[0].legend(fontsize=7)
-    fig.suptitle(f"{spec.title}: accuracy over rounds (mean over seeds)", fontsize=9)
+    fig.suptitle(title, fontsize=9)
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=100)
     plt.close(fig)
     return path
+
+
+def accuracy_figure(spec: Spec, results: list[dict[str, Any]], path: Path) -> Path | None:
+    """One panel per measured row: each method's test accuracy (mean over seeds) against the round."""
+    rows = [r for r in results if r["available"] and r.get("run_dir")]
+    title = f"{spec.title}: accuracy over rounds (mean over seeds)"
+    return _curves_figure(rows, lambda r: "accuracy", 100, "test accuracy (%)", title, path)
 
 
 #: Table metrics computed from the clients' reward accuracies against their standalone accuracies.
@@ -696,40 +711,8 @@ def metric_figure(spec: Spec, results: list[dict[str, Any]], path: Path) -> Path
     each method's value of the row's metric per evaluated round, mean over seeds. A table that reports the
     best over rounds shows here how far that maximum is above the level a method holds."""
     rows = [r for r in results if r["available"] and r.get("run_dir") and r.get("metric") != "accuracy"]
-    if not rows:
-        return None
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    cols = min(3, len(rows))
-    nrows = math.ceil(len(rows) / cols)
-    fig, axes = plt.subplots(
-        nrows, cols, figsize=(4.2 * cols, 3.2 * nrows), squeeze=False, constrained_layout=True
-    )
-    drawn = False
-    for ax, r in zip(axes.flat, rows, strict=False):
-        for m in r["methods"]:
-            curve = _curves(Path(r["run_dir"]), m, r["seeds"], r["metric"])
-            if curve is not None:
-                ax.plot(curve[0], curve[1], label=m, linewidth=0.8)
-                drawn = True
-        ax.set_title(r["row"], fontsize=9)
-        ax.set_xlabel("round")
-        ax.set_ylabel(r["metric"])
-        ax.grid(alpha=0.3)
-    for ax in list(axes.flat)[len(rows) :]:
-        ax.axis("off")
-    if not drawn:
-        plt.close(fig)
-        return None
-    axes.flat[0].legend(fontsize=7)
-    fig.suptitle("the table's metric per evaluated round (mean over seeds)", fontsize=9)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-    return path
+    title = "the table's metric per evaluated round (mean over seeds)"
+    return _curves_figure(rows, lambda r: r["metric"], 1, "", title, path)
 
 
 def rewards_figure(spec: Spec, results: list[dict[str, Any]], path: Path) -> Path | None:
