@@ -11,6 +11,7 @@ the Flower adapter (``fedhet.flower``) gives it Flower's Grid. The same config a
 from __future__ import annotations
 
 import copy
+import functools
 import json
 import logging
 import math
@@ -95,13 +96,30 @@ def sample_clients(cfg: ExperimentConfig, rnd: int) -> list[int]:
 WARM_START_FILE = "warm_start.json"
 
 
+def _source_checkpoint(run_dir: str | os.PathLike) -> Path | None:
+    """The latest checkpoint of the run in ``run_dir`` (None: no such run, or no checkpoint yet)."""
+    return ckpt.latest_checkpoint(run_dir) if Path(run_dir).is_dir() else None
+
+
+@functools.lru_cache(maxsize=16)
+def _checkpoint_model(path: Path, written: tuple[int, int]) -> dict[str, Tensor] | None:
+    """The server model saved in checkpoint ``path``, cached per writing of it (``written``: its record's
+    inode and mtime, both new when a checkpoint is rewritten) because planning a table of warm-started cells
+    asks for the same source several times per cell."""
+    weights = ckpt.load_checkpoint(path)["strategy"].get("model")
+    return weights if isinstance(weights, dict) else None
+
+
+def _source_model(path: Path) -> dict[str, Tensor] | None:
+    record = (path / ckpt.STATE_FILE).stat()
+    return _checkpoint_model(path, (record.st_ino, record.st_mtime_ns))
+
+
 def warm_start_digest(run_dir: str | os.PathLike) -> str | None:
     """The digest of the model a run started from ``run_dir`` would load now, or None without a checkpoint."""
-    path = ckpt.latest_checkpoint(run_dir) if Path(run_dir).is_dir() else None
-    if path is None:
-        return None
-    weights = ckpt.load_checkpoint(path)["strategy"].get("model")
-    return weights_digest(weights) if isinstance(weights, dict) else None
+    path = _source_checkpoint(run_dir)
+    weights = _source_model(path) if path is not None else None
+    return weights_digest(weights) if weights is not None else None
 
 
 def recorded_warm_start(run_dir: str | os.PathLike) -> str | None:
@@ -116,8 +134,8 @@ def recorded_warm_start(run_dir: str | os.PathLike) -> str | None:
 def warm_start_weights(run_dir: str | os.PathLike, model: nn.Module) -> dict[str, Tensor]:
     """The final global model of the run in ``run_dir`` (its latest checkpoint), checked against ``model``
     (``model.init_from``: e.g. the labeled-only warm start of the gated FSSL protocol)."""
-    path = ckpt.latest_checkpoint(run_dir)
-    if not Path(run_dir).is_dir() or path is None:
+    path = _source_checkpoint(run_dir)
+    if path is None:
         raise ConfigError(
             f"model.init_from={str(run_dir)!r} holds no checkpoint; point it at a finished run directory "
             "(run it first, with eval.checkpoint_every >= 0: the last round is always saved)"
@@ -126,9 +144,9 @@ def warm_start_weights(run_dir: str | os.PathLike, model: nn.Module) -> dict[str
         log.warning(
             "model.init_from: %s has not finished; starting from its checkpoint %s", run_dir, path.name
         )
-    weights = ckpt.load_checkpoint(path)["strategy"].get("model")
+    weights = _source_model(path)
     expected = model.state_dict()
-    if not isinstance(weights, dict) or set(weights) != set(expected):
+    if weights is None or set(weights) != set(expected):
         raise ConfigError(
             f"model.init_from={str(run_dir)!r}: its model has other parameters than this run's "
             f"{type(model).__name__}; use a run of the same model.name and model.params"
@@ -138,7 +156,8 @@ def warm_start_weights(run_dir: str | os.PathLike, model: nn.Module) -> dict[str
         raise ConfigError(
             f"model.init_from={str(run_dir)!r}: shapes differ for {wrong[:3]}; use a run of the same model"
         )
-    return {k: v.to(expected[k].device, expected[k].dtype) for k, v in weights.items()}
+    # copies: the cached source weights must not alias the model they initialise
+    return {k: v.to(expected[k].device, expected[k].dtype, copy=True) for k, v in weights.items()}
 
 
 # --------------------------------------------------------------------------------------------------------
