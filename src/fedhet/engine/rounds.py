@@ -101,7 +101,7 @@ def _source_checkpoint(run_dir: str | os.PathLike) -> Path | None:
     return ckpt.latest_checkpoint(run_dir) if Path(run_dir).is_dir() else None
 
 
-@functools.lru_cache(maxsize=16)
+@functools.lru_cache(maxsize=4)  # a few sources per table; a ResNet-18 model is 45 MB
 def _checkpoint_model(path: Path, written: tuple[int, int]) -> dict[str, Tensor] | None:
     """The server model saved in checkpoint ``path``, cached per writing of it (``written``: its record's
     inode and mtime, both new when a checkpoint is rewritten) because planning a table of warm-started cells
