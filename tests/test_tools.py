@@ -66,3 +66,17 @@ def test_fedrac_causes_refuses_a_logged_rate_it_cannot_recompute(tmp_path):
     evals = [{"round": 1, "rewards": [0.5, 0.85, 0.9], "fairness_pearson": 1.0, "bcf_rate": 1.0}]
     with pytest.raises(SystemExit, match="logged rate"):
         causes.cell_facts(write_cell(tmp_path / "c", [0.5, 0.6, 0.8], evals), alpha=0.5)
+
+
+def test_fedrac_causes_prints_a_cell_whose_fairness_is_undefined(tmp_path, monkeypatch, capsys):
+    """Equal rewards for every client (IAFL on CLA gives everyone one model): no Pearson is logged, and the
+    tool says so instead of failing on the row."""
+    causes = load_tool("fedrac_causes")
+    s = [0.5, 0.6, 0.8]
+    # a = 0.9 for all: max a = 0.9, upper = (0.73125, 0.7875, 0.9): clients 0 and 1 above, client 2 inside
+    evals = [{"round": 1, "rewards": [0.9, 0.9, 0.9], "bcf_rate": 1 / 3}]
+    write_cell(tmp_path / "runs" / "cla" / "iafl-seed0", s, evals)
+    monkeypatch.setattr("sys.argv", ["fedrac_causes.py", str(tmp_path / "runs")])
+    causes.main()
+    line = next(x for x in capsys.readouterr().out.splitlines() if x.startswith("iafl-seed0"))
+    assert line.startswith("iafl-seed0 | undefined (None) | undefined | undefined | 0.3 (1): 0/2 (2)")

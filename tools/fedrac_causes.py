@@ -89,6 +89,12 @@ def cell_facts(cell: Path, alpha: float) -> dict:
     return out
 
 
+def points(value: float | None) -> str:
+    """A fairness value, or why there is none: Pearson is undefined when every client has the same reward
+    (e.g. IAFL giving all clients one model), and the engine then logs none."""
+    return "undefined" if value is None else f"{value:.2f}"
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("runs", nargs="?", default="runs/reproduce/fedrac-fmnist-full")
@@ -107,8 +113,8 @@ def main() -> None:
                 continue
             rb, rf = f["rate_best"], f["rate_final"]
             print(
-                f"{cell.name} | {f['fairness_best']:.2f} ({f['fairness_best_round']}) | "
-                f"{f['fairness_final']:.2f} | {f['fairness_last100']:.2f} | "
+                f"{cell.name} | {points(f['fairness_best'])} ({f['fairness_best_round']}) | "
+                f"{points(f['fairness_final'])} | {points(f['fairness_last100'])} | "
                 f"{rb['rate']:.1f} ({rb['round']}): {rb['below']}/{rb['above']} ({rb['tied_above']}) | "
                 f"{rf['rate']:.1f}: {rf['below']}/{rf['above']} ({rf['tied_above']}) | "
                 f"{f['gain_points']:+.2f} | "
