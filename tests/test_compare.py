@@ -156,3 +156,32 @@ def test_a_cell_that_diverges_is_reported_as_diverged_and_the_comparison_goes_on
     cell = _cell({"ours": 10.0, "ours_std": 0.0, "paper": (80.0, 1.0), "diverged": {0: 2, 1: 2}}, seeds=2)
     assert "diverged in 2 of 2 seeds (stopped in round 2, 2)" in cell
     assert "diverged" not in _cell({"ours": 10.0, "ours_std": 0.0, "paper": (80.0, 1.0)}, seeds=2)
+
+
+def test_a_metric_without_a_value_in_some_seeds_is_averaged_over_the_others_and_the_cell_says_so():
+    from fedhet.comparison import aggregate_rows
+    from fedhet.reproduce import _cell
+
+    # Pearson of equal rewards has no value: None in the final view, absent from best (as the runs write it)
+    seeds = [
+        {"seed": 0, "final": {"acc": 0.5, "fair": None}, "best": {"acc": 0.6}},
+        {"seed": 1, "final": {"acc": 0.7, "fair": 0.2}, "best": {"acc": 0.8, "fair": 0.4}},
+        {"seed": 2, "final": {"acc": 0.9, "fair": 0.6}, "best": {"acc": 0.9, "fair": 0.8}},
+    ]
+    never = [{"seed": s, "final": {"fair": None}, "best": {}} for s in range(2)]
+    rows = {r["method"]: r for r in aggregate_rows({"some": seeds, "never": never})}
+    some = rows["some"]
+    assert some["best_mean"]["fair"] == pytest.approx(0.6) and some["best_std"]["fair"] == pytest.approx(0.2)
+    assert some["defined"]["best"] == {"acc": 3, "fair": 2} and some["defined"]["final"]["fair"] == 2
+    assert rows["never"]["defined"]["best"] == {"fair": 0} and "fair" not in rows["never"]["best_mean"]
+    cell = _cell({"ours": 60.0, "ours_std": 20.0, "paper": (80.0, None), "defined_seeds": 2}, seeds=3)
+    assert cell == "**60.00 ± 20.00** (a value in 2 of 3 seeds) / paper 80.00 / Δ -20.00"
+    one = _cell({"ours": 60.0, "ours_std": 0.0, "paper": None, "defined_seeds": 1}, seeds=3)
+    assert one == "**60.00** (a value in 1 of 3 seeds)"
+    assert _cell({"ours": None, "paper": (99.55, None), "defined_seeds": 0}, seeds=3).startswith(
+        "undefined in every seed / paper 99.55"
+    )
+    every = _cell({"ours": 1.0, "ours_std": 0.5, "paper": None, "defined_seeds": 3}, seeds=3)
+    assert every == "**1.00 ± 0.50**"
+    assert _cell({"ours": 1.0, "paper": None}, seeds=1) == "**1.00** (1 seed)"
+    assert _cell({}, seeds=3) == "—"  # a method the row did not run

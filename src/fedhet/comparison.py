@@ -396,7 +396,11 @@ VIEW_KEYS = {"final": ("mean", "std"), "best": ("best_mean", "best_std"), "last"
 
 
 def aggregate_rows(results: dict[str, list[dict[str, Any]]]) -> list[dict[str, Any]]:
-    """Mean and std over seeds of every scalar metric, final, best and last-10, one row per method."""
+    """Mean and std over seeds of every scalar metric, final, best and last-10, one row per method.
+
+    A metric some seed reports with no value (None or non-finite: Pearson of equal rewards) is averaged over
+    the seeds that have one; ``defined[view][metric]`` says how many seeds that is (0: none has a value).
+    """
     rows = []
     for m, summaries in results.items():
         row: dict[str, Any] = {
@@ -405,16 +409,21 @@ def aggregate_rows(results: dict[str, list[dict[str, Any]]]) -> list[dict[str, A
             # seed -> the round its run diverged in (the engine stopped it); its views are those at the stop
             "diverged": {s["seed"]: s["diverged"]["round"] for s in summaries if s.get("diverged")},
         }
+        # a metric a seed has no value for is None in its final view and absent from its best/last views
+        valueless = {k for s in summaries for k, x in (s.get("final") or {}).items() if x is None}
+        row["defined"] = {}
         for view, (mk, sk) in VIEW_KEYS.items():
-            row[mk], row[sk] = {}, {}
+            row[mk], row[sk], defined = {}, {}, {}
             views = [s.get(view) or {} for s in summaries]  # runs from before "last" existed have none
-            keys = sorted({k for v in views for k, x in v.items() if isinstance(x, int | float)})
+            keys = sorted(valueless | {k for v in views for k, x in v.items() if isinstance(x, int | float)})
             for k in keys:
                 vals = [v.get(k) for v in views]
                 vals = [float(v) for v in vals if isinstance(v, int | float) and math.isfinite(v)]
+                defined[k] = len(vals)
                 if vals:
                     row[mk][k] = float(np.mean(vals))
                     row[sk][k] = float(np.std(vals))
+            row["defined"][view] = defined
         rows.append(row)
     return rows
 

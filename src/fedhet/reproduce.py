@@ -470,6 +470,7 @@ def run_spec(
             entry["methods"][m] = {
                 "ours": None if mean is None else factor * mean,
                 "ours_std": None if std is None else factor * std,
+                "defined_seeds": agg[m]["defined"][spec.view].get(metric),  # seeds with a value (None: n/a)
                 "paper": row.paper.get(m),
                 "diverged": agg[m].get("diverged") or {},  # seed -> round the engine stopped the run in
             }
@@ -478,13 +479,17 @@ def run_spec(
 
 
 def _cell(v: dict[str, Any], seeds: int = 2) -> str:
-    """``ours ± std / paper ± std / Δ``; one seed has no std, so none is shown."""
+    """``ours ± std / paper ± std / Δ``; one seed has no std, so none is shown. A metric with no value in
+    some seeds (Pearson of equal rewards) says in how many it had one, or that it had none."""
     ours, paper = v.get("ours"), v.get("paper")
+    defined = v.get("defined_seeds")
     parts = []
     if ours is not None and math.isfinite(ours):
-        parts.append(f"**{ours:.2f}" + (f" ± {v.get('ours_std') or 0:.2f}**" if seeds > 1 else "** (1 seed)"))
+        n = seeds if defined is None else defined
+        mean = f"**{ours:.2f}" + (f" ± {v.get('ours_std') or 0:.2f}**" if n > 1 else "**")
+        parts.append(mean + (f" (a value in {n} of {seeds} seeds)" if n < seeds else " (1 seed)" * (n == 1)))
     else:
-        parts.append("—")
+        parts.append("undefined in every seed" if defined == 0 else "—")
     if paper is not None:
         p, ps = paper
         parts.append(f"paper {p:.2f}" + (f" ± {ps:.2f}" if ps is not None else ""))

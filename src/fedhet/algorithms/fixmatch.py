@@ -380,9 +380,9 @@ class FixMatchTrainer(SGDTrainer):
         for step in range(steps):
             li = labeled_stream.take(batch_size)
             ui = unlabeled_stream.take(unlabeled_size)
-            raw_x = data.inputs[li]
+            raw_x = data.inputs.index_select(0, li)
             x = norm(sc.weak(raw_x, gen)) if li.numel() else norm(raw_x)
-            raw_u = data.inputs[ui]
+            raw_u = data.inputs.index_select(0, ui)
             if ui.numel():
                 weak, strong = norm(sc.weak(raw_u, gen)), norm(sc.strong(raw_u, gen))
             else:
@@ -676,7 +676,8 @@ class AugmentedSupervisedTrainer(SGDTrainer):
             idx = stream.take(u.context.train.batch_size)
             if idx.numel() == 0:
                 return
-            yield normalize(self.weak(data.inputs[idx], gen)), data.labels[idx]
+            batch = data.inputs.index_select(0, idx)
+            yield normalize(self.weak(batch, gen)), data.labels.index_select(0, idx)
 
 
 class LabeledOnlyTrainer(AugmentedSupervisedTrainer):

@@ -171,9 +171,13 @@ def _train_stacked(
     device = next(model.parameters()).device
     names = [n for n, p in model.named_parameters() if p.requires_grad]
     buffers = {n: b for n, b in model.named_buffers()}
-    # Each member's start weights, stacked on a leading group axis (what stack_module_state does to modules).
-    params = {n: torch.stack([m.update.start[n].to(device) for m in members]).detach().clone() for n in names}
-    reference = {n: params[n].clone() for n in names}  # FedProx: w_g, the start of training
+    # Each member's start weights, stacked on a leading group axis (what stack_module_state does to modules);
+    # torch.stack writes new storage, so the in-place steps below never touch the members' start weights.
+    params = {n: torch.stack([m.update.start[n].to(device) for m in members]).detach() for n in names}
+    mus = torch.tensor([m.mu for m in members], device=device)
+    proximal = bool((mus != 0).any())
+    # FedProx: w_g, the start of training (a copy only when some member has a proximal term)
+    reference = {n: params[n].clone() for n in names} if proximal else params
     template = copy.deepcopy(model).to("meta")
     group = len(members)
     data = members[0].update.data  # every client's view of the one training tensor of the run
@@ -185,7 +189,6 @@ def _train_stacked(
             for m in members
         ]
     )
-    mus = torch.tensor([m.mu for m in members], device=device)
     lrs = torch.tensor([float(m.update.config[LR_KEY]) for m in members], device=device)
     momentum, wd, nesterov, clip = train.momentum, train.weight_decay, train.nesterov, train.grad_clip
     same_lr, lr0 = bool((lrs == lrs[0]).all()), float(lrs[0])
@@ -208,8 +211,6 @@ def _train_stacked(
             schedule[:, i] = indices.to(device)[positions[:, i]]
     loss_sums = torch.zeros(group, dtype=torch.float64, device=device)
 
-    proximal = bool((mus != 0).any())
-
     def member_loss(p, x, y, w, scale, mu, ref):
         """One member's mean cross-entropy over its real samples (w = 1), + μ/2‖w − w_g‖² (FedProx)."""
         logits = functional_call(template, (p, buffers), (x,)) * scale
@@ -224,7 +225,7 @@ def _train_stacked(
     normalize = data.normalize
     for t in range(most):
         active, idx, weight = actives[t], schedule[t], sample_weights[t]
-        x = inputs[idx.reshape(-1)]
+        x = inputs.index_select(0, idx.reshape(-1))  # 2-3x faster than inputs[idx] on the CPU (measured)
         if normalize is not None:
             x = normalize(x)
         x = x.reshape(group, batch_size, *x.shape[1:])
