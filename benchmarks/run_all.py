@@ -66,28 +66,31 @@ BENCHES = (
         ("benchmarks/vectorized.py", "--clients", "10", "50", "200", "--repeats", "5", "--json"),
         300,
         '`engine.mode = "vectorized"` (src/fedhet/engine/vectorized.py) trains all clients of a round at '
-        "once: their start weights are stacked on a group axis and each local step is one `torch.func.vmap` "
-        "over `grad` of a functional loss, then a functional SGD step with `torch.optim.SGD`'s semantics "
-        "(momentum, weight decay, Nesterov) and `clip_grad_norm_`'s clipping. Every client takes exactly its "
-        "own steps on its own batches, drawn from its own seeded generator in the sequential trainer's "
-        "order; "
-        "a short last batch is padded and masked out of the loss, and a client past its last step is masked "
-        "out of the update. Rounds of more than 64 clients run in chunks of 64.\n\n"
+        "once: their start weights are stacked on a group axis and each local step computes every client's "
+        "gradient in one batched program, then takes a functional SGD step with `torch.optim.SGD`'s "
+        "semantics (momentum, weight decay, Nesterov) and `clip_grad_norm_`'s clipping. The gradients come "
+        "from one of two paths: a model that declares itself a plain ReLU stack (`relu_stack_layers()`, as "
+        "fedhet's `mlp` does) takes their closed form, two batched products per layer "
+        "(`relu_stack_step`), and with plain SGD (no momentum, weight decay or clipping) the step is taken "
+        "inside the weight-gradient product (`baddbmm_`), so no gradient is materialised; any other model, "
+        "and FedProx's proximal term, takes `torch.func.vmap` over `grad` of a functional loss. Every client "
+        "takes exactly its own steps on its own batches, drawn from its own seeded generator in the "
+        "sequential trainer's order; a short last batch is padded and masked out of the loss, and a client "
+        "past its last step is masked out of the update. Rounds of more than 64 clients run in chunks of "
+        "64.\n\n"
         "It honours the trainers of FedAvg (`SGDTrainer`, which CELM and Standalone use too), FedProx and "
         "FedRS (CELM(RS)) with SGD. It refuses, naming the reason, other trainers (their hooks are not "
         "expressible there), Adam, BatchNorm models, submodel masks (FedRAC, FedSAC) and injected "
         "`[faults]`; "
         '`engine.mode = "auto"` then falls back to sequential and logs why (it picks vectorized for rounds '
-        "of 8 or more clients). Equivalence is tested in CI (tests/test_vectorized.py): FedAvg with "
-        "momentum, "
-        "weight decay, Nesterov, clipping and unequal client sizes, FedProx, FedRS and CELM run 3 rounds in "
-        "both modes; every weight must agree within 1e-5 and test accuracy within 0.5 points, and a 0.1 % "
-        "change of one mode's learning rate must break that tolerance. The `max_weight_gap` column below is "
-        "the same comparison after one benchmark round.\n\n"
-        "Why the 3x target at 50 clients can be missed: with one thread the vectorized step is bound by the "
-        "backward of the batched matrix products and by the element-wise SGD update over the stacked "
-        "weights (a cProfile of the round); with two threads the stacked operations use the second core, "
-        "which a sequential round of small models cannot.",
+        "of 8 or more clients). Equivalence is tested in CI (tests/test_vectorized.py), by both gradient "
+        "paths: FedAvg with momentum, weight decay, Nesterov, clipping and unequal client sizes, FedAvg with "
+        "clipping alone and with weight decay alone, FedProx, FedRS and CELM run 3 rounds in both modes; "
+        "every weight must agree within 1e-5 and test accuracy within 0.5 points, and a 0.1 % change of one "
+        "mode's learning rate must break that tolerance. The closed form is checked against autograd member "
+        "by member (padding, an idle member, FedRS scales, the fused step). The `max_weight_gap` column "
+        "below is the same comparison after one benchmark round. `speedup` is the engine as it runs this "
+        "MLP (closed form, fused), `speedup_vmap` its general path.",
     ),
     Bench(
         "vectorized_scaling",

@@ -13,6 +13,7 @@ import pytest
 import torch
 
 from fedhet.config import ExperimentConfig
+from fedhet.engine import vectorized
 from fedhet.errors import ConfigError
 from fedhet.experiment import make_simulation
 
@@ -52,6 +53,9 @@ def run_both(method: str, params: dict | None = None, **kw):
 CASES = {
     # momentum, weight decay, Nesterov and clipping all at once; unequal client sizes (unequal step counts)
     "fedavg": ("fedavg", {}, dict(momentum=0.9, weight_decay=1e-3, nesterov=True, grad_clip=1.0)),
+    # SGD clipped, or with weight decay, and nothing else: the closed form, not fused with the step
+    "fedavg-clip": ("fedavg", {}, dict(grad_clip=0.5)),
+    "fedavg-decay": ("fedavg", {}, dict(weight_decay=0.05)),
     "fedprox": ("fedprox", {"mu": 1.0}, dict(momentum=0.5)),
     # CLA: client i holds classes 0..k_i only, so FedRS's scales differ from 1
     "fedrs": ("fedrs", {"fedrs_alpha": 0.1}, dict(split="cla")),
@@ -59,11 +63,21 @@ CASES = {
 }
 
 
+@pytest.mark.parametrize("gradients", ["auto", "vmap"])
 @pytest.mark.parametrize("case", CASES)
-def test_vectorized_training_matches_the_sequential_engine(case):
+def test_vectorized_training_matches_the_sequential_engine(case, gradients, monkeypatch):
+    """Both ways of computing the group's gradients: "auto" takes the closed form for the ReLU-stack MLP
+    (fused with the step when the SGD is plain: FedRS, CELM), except under FedProx's term; "vmap" never."""
+    monkeypatch.setattr(vectorized, "GRADIENTS", gradients)
+    closed_form = []
+    step = vectorized.relu_stack_step
+    monkeypatch.setattr(vectorized, "relu_stack_step", lambda *a: closed_form.append(a[-1]) or step(*a))
     method, params, kw = CASES[case]
     (seq_w, seq_h, seq), (vec_w, vec_h, vec) = run_both(method, params, **kw)
     assert vec.transport.vector_refusal == ""  # it did run vectorized
+    assert bool(closed_form) == (gradients == "auto" and case != "fedprox")
+    if closed_form:  # fused (an lr passed) exactly where the SGD is plain
+        assert all(lr is None for lr in closed_form) == case.startswith("fedavg")
     for key in seq_w:
         torch.testing.assert_close(vec_w[key], seq_w[key], atol=1e-5, rtol=0)
     for a, b in zip(seq_h, vec_h, strict=True):
@@ -111,3 +125,51 @@ def test_vectorized_refuses_what_it_cannot_honour_naming_the_reason_and_auto_fal
     seq = make_simulation(config("fedavg", "sequential", optimizer="adam"))
     seq.run()
     assert [h["accuracy"] for h in auto.history] == [h["accuracy"] for h in seq.history]
+
+
+def test_the_closed_form_relu_stack_step_equals_autograd_member_by_member():
+    """relu_stack_step against torch.autograd on each member's own nn.Sequential (an independent
+    computation): losses, every gradient, and the fused SGD step, with padding, an idle member and FedRS
+    scales."""
+    gen = torch.Generator().manual_seed(0)
+    group, batch, widths, classes = 4, 5, [12, 7, 6], 3
+    dims = [widths[0], *widths[1:], classes]
+    layers = [
+        (torch.randn(group, b, a, generator=gen), torch.randn(group, b, generator=gen))
+        for a, b in zip(dims[:-1], dims[1:], strict=True)
+    ]
+    x = torch.randn(group, batch, 3, 2, 2, generator=gen)  # flattened to 12 features
+    y = torch.randint(0, classes, (group, batch), generator=gen)
+    w = torch.ones(group, batch)
+    w[1, 3:] = 0.0  # a short last batch
+    w[2] = 0.0  # a member past its last step
+    w[3, 1:] = 0.0  # one real sample
+    scales = torch.rand(group, classes, generator=gen) + 0.5
+    for scale in (None, scales):
+        losses, grads = vectorized.relu_stack_step(layers, x, y, w, scale, None)
+        for g in range(group):
+            net = torch.nn.Sequential(torch.nn.Flatten())
+            for i, (weight, bias) in enumerate(layers):
+                linear = torch.nn.Linear(weight.shape[2], weight.shape[1])
+                linear.weight.data, linear.bias.data = weight[g].clone(), bias[g].clone()
+                net.append(linear)
+                if i < len(layers) - 1:
+                    net.append(torch.nn.ReLU())
+            real = w[g] > 0
+            logits = net(x[g][real]) * (1.0 if scale is None else scale[g])
+            loss = torch.nn.functional.cross_entropy(logits, y[g][real]) if real.any() else logits.sum() * 0
+            loss.backward()
+            torch.testing.assert_close(losses[g], loss.detach(), atol=1e-5, rtol=1e-5)
+            linears = [m for m in net if isinstance(m, torch.nn.Linear)]
+            for (gw, gb), linear in zip(grads, linears, strict=True):
+                expected_w = linear.weight.grad if linear.weight.grad is not None else torch.zeros_like(gw[g])
+                torch.testing.assert_close(gw[g], expected_w, atol=1e-5, rtol=1e-5)
+                expected_b = linear.bias.grad if linear.bias.grad is not None else torch.zeros_like(gb[g])
+                torch.testing.assert_close(gb[g], expected_b, atol=1e-5, rtol=1e-5)
+        # fused: the same step taken inside the products, the idle member untouched
+        stepped = [(weight.clone(), bias.clone()) for weight, bias in layers]
+        vectorized.relu_stack_step(stepped, x, y, w, scale, 0.3)
+        for (weight, bias), (new_w, new_b), (gw, gb) in zip(layers, stepped, grads, strict=True):
+            torch.testing.assert_close(new_w, weight - 0.3 * gw, atol=1e-6, rtol=1e-6)
+            torch.testing.assert_close(new_b, bias - 0.3 * gb, atol=1e-6, rtol=1e-6)
+            assert torch.equal(new_w[2], weight[2]) and torch.equal(new_b[2], bias[2])

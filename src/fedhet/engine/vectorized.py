@@ -46,6 +46,11 @@ from fedhet.engine.weights import clone_weights
 #: Clients trained in one stacked program (larger rounds run in chunks of this many).
 GROUP_SIZE = int(os.environ.get("FEDHET_VECTOR_GROUP", "64"))
 
+#: How a group's gradients are computed: "auto" takes the closed form for a model that declares itself a
+#: plain ReLU stack (``relu_stack_layers()``, as fedhet's ``mlp`` does) and ``vmap`` over ``grad`` for any
+#: other; "vmap" always takes the latter (the tests run both; benchmarks/vectorized.py measures both).
+GRADIENTS = os.environ.get("FEDHET_VECTOR_GRADIENTS", "auto")
+
 
 def _supported_trainers() -> dict[type, str]:
     from fedhet.algorithms.fedavg import SGDTrainer
@@ -102,6 +107,69 @@ def _index_batches(trainer: Trainer, u: LocalUpdate) -> Tensor:
         padded[:n] = perm
         epochs.append(padded.view(per_epoch, bs))
     return torch.cat(epochs)[:steps]
+
+
+def relu_stack_names(model: nn.Module, trainable: Sequence[str]) -> list[str] | None:
+    """The Linear layers of a model whose forward pass is exactly ``head(relu(⋯ relu(hidden_1(flatten(x)))))``
+    (it declares them, hidden first, in ``relu_stack_layers()``) and whose trainable parameters are exactly
+    their weights and biases; None for any other model, or when :data:`GRADIENTS` is "vmap"."""
+    declared = getattr(model, "relu_stack_layers", None)
+    if GRADIENTS == "vmap" or declared is None:
+        return None
+    layers = list(declared())
+    expected = {f"{layer}.{part}" for layer in layers for part in ("weight", "bias")}
+    return layers if expected == set(trainable) else None
+
+
+def relu_stack_step(
+    layers: Sequence[tuple[Tensor, Tensor]],
+    x: Tensor,
+    y: Tensor,
+    w: Tensor,
+    scales: Tensor | None,
+    lr: float | None,
+) -> tuple[Tensor, list[tuple[Tensor, Tensor]] | None]:
+    """One step of every member of a plain ReLU stack, its gradients in closed form (no autograd, no vmap).
+
+    ``layers``: per Linear layer the stacked (weight (G, out, in), bias (G, out)), hidden first; x (G, B, …),
+    y (G, B) labels, w (G, B) sample weights (0 = padding), ``scales`` (G, C) FedRS's logit scales or None.
+    Forward z_l = h_{l-1} W_lᵀ + b_l, h_l = relu(z_l), logits z = z_L (× s). With the member's loss the mean
+    cross-entropy over its real samples, L = Σ_b w_b CE_b / max(Σ_b w_b, 1):
+    δ_L = ∂L/∂z_L = s ⊙ (softmax(z) − onehot(y)) · w_b / max(Σ w, 1); ∂L/∂W_l = δ_lᵀ h_{l-1},
+    ∂L/∂b_l = Σ_b δ_l; δ_{l-1} = (δ_l W_l) ⊙ [h_{l-1} > 0] (ReLU's derivative as autograd takes it).
+
+    With ``lr`` the plain SGD step W_l ← W_l − lr·∂L/∂W_l is taken in place inside the product
+    (``baddbmm_``), after δ_{l-1} has used the old W_l, so no gradient is ever materialised; returns
+    (losses (G,), None). Without ``lr``: (losses, [(∂L/∂W_l, ∂L/∂b_l) per layer]).
+    """
+    h = x.reshape(x.shape[0], x.shape[1], -1)
+    inputs = [h]  # h_0 … h_{L-1}: each layer's input
+    for weight, bias in layers[:-1]:
+        h = torch.baddbmm(bias.unsqueeze(1), h, weight.transpose(1, 2)).clamp_min_(0.0)
+        inputs.append(h)
+    head_w, head_b = layers[-1]
+    logits = torch.baddbmm(head_b.unsqueeze(1), h, head_w.transpose(1, 2))
+    if scales is not None:
+        logits = logits * scales.unsqueeze(1)
+    log_p = torch.log_softmax(logits, dim=-1)
+    share = w / w.sum(dim=1, keepdim=True).clamp_min(1.0)  # w_b / max(Σ w, 1)
+    losses = -(log_p.gather(-1, y.unsqueeze(-1)).squeeze(-1) * share).sum(dim=1)
+    delta = log_p.exp_()
+    delta.scatter_add_(-1, y.unsqueeze(-1), torch.full_like(delta[..., :1], -1.0))
+    delta.mul_(share.unsqueeze(-1))
+    if scales is not None:
+        delta.mul_(scales.unsqueeze(1))
+    grads: list[tuple[Tensor, Tensor]] = []
+    for index in range(len(layers) - 1, -1, -1):
+        (weight, bias), h_in = layers[index], inputs[index]
+        below = torch.bmm(delta, weight).mul_(h_in > 0) if index else None  # with W_l before its step
+        if lr is None:
+            grads.append((torch.bmm(delta.transpose(1, 2), h_in), delta.sum(dim=1)))
+        else:
+            weight.baddbmm_(delta.transpose(1, 2), h_in, alpha=-lr)
+            bias.sub_(delta.sum(dim=1), alpha=lr)
+        delta = below
+    return losses, (grads[::-1] if lr is None else None)
 
 
 def train_group(
@@ -176,18 +244,22 @@ def _train_stacked(
     params = {n: torch.stack([m.update.start[n].to(device) for m in members]).detach() for n in names}
     mus = torch.tensor([m.mu for m in members], device=device)
     proximal = bool((mus != 0).any())
-    # FedProx: w_g, the start of training (a copy only when some member has a proximal term)
-    reference = {n: params[n].clone() for n in names} if proximal else params
+    reference = {n: params[n].clone() for n in names} if proximal else None  # FedProx: w_g, the start
     template = copy.deepcopy(model).to("meta")
     group = len(members)
     data = members[0].update.data  # every client's view of the one training tensor of the run
     assert all(m.update.data.inputs is data.inputs for m in members)
     num_classes = data.num_classes
-    scales = torch.stack(
-        [
-            m.scale.to(device) if m.scale is not None else torch.ones(num_classes, device=device)
-            for m in members
-        ]
+    restricted = any(m.scale is not None for m in members)
+    scales = (
+        torch.stack(
+            [
+                m.scale.to(device) if m.scale is not None else torch.ones(num_classes, device=device)
+                for m in members
+            ]
+        )
+        if restricted
+        else None
     )
     lrs = torch.tensor([float(m.update.config[LR_KEY]) for m in members], device=device)
     momentum, wd, nesterov, clip = train.momentum, train.weight_decay, train.nesterov, train.grad_clip
@@ -213,14 +285,24 @@ def _train_stacked(
 
     def member_loss(p, x, y, w, scale, mu, ref):
         """One member's mean cross-entropy over its real samples (w = 1), + μ/2‖w − w_g‖² (FedProx)."""
-        logits = functional_call(template, (p, buffers), (x,)) * scale
+        logits = functional_call(template, (p, buffers), (x,))
+        if restricted:  # FedRS's logit scales
+            logits = logits * scale
         per_sample = nn.functional.cross_entropy(logits, y, reduction="none")
         loss = (per_sample * w).sum() / w.sum().clamp_min(1.0)
         if proximal:
             loss = loss + 0.5 * mu * sum(((p[n] - ref[n]) ** 2).sum() for n in p)
         return loss, loss
 
-    step_fn = vmap(grad(member_loss, has_aux=True), in_dims=(0, 0, 0, 0, 0, 0, 0))
+    # Terms no member has are not vmapped at all (None, in_dims None): each costs a batched pass per step.
+    extras = (0 if restricted else None, 0 if proximal else None, 0 if proximal else None)
+    step_fn = vmap(grad(member_loss, has_aux=True), in_dims=(0, 0, 0, 0, *extras))
+    if not proximal:
+        mus = None
+    # A plain ReLU stack without FedProx's term takes the closed form (relu_stack_step); with plain SGD (no
+    # momentum, weight decay or clipping, one lr) its step is fused into the gradient products.
+    stack = None if proximal else relu_stack_names(model, names)
+    fused = stack is not None and not (momentum or wd or clip) and same_lr
     inputs, labels = data.inputs, data.labels
     normalize = data.normalize
     for t in range(most):
@@ -230,7 +312,20 @@ def _train_stacked(
             x = normalize(x)
         x = x.reshape(group, batch_size, *x.shape[1:])
         y = labels[idx]
-        grads, losses = step_fn(params, x, y, weight, scales, mus, reference)
+        if stack is None:
+            grads, losses = step_fn(params, x, y, weight, scales, mus, reference)
+        else:
+            # a member past its last step has only padding (w = 0): zero gradient, so the fused step holds it
+            layers = [(params[f"{layer}.weight"], params[f"{layer}.bias"]) for layer in stack]
+            losses, per_layer = relu_stack_step(layers, x, y, weight, scales, lr0 if fused else None)
+            if fused:
+                loss_sums += torch.where(active, losses.double(), torch.zeros_like(loss_sums))
+                continue
+            grads = {
+                f"{layer}.{part}": g
+                for layer, pair in zip(stack, per_layer, strict=True)
+                for part, g in zip(("weight", "bias"), pair, strict=True)
+            }
         loss_sums += torch.where(active, losses.detach().double(), torch.zeros_like(loss_sums))
         if clip:  # clip_grad_norm_: one norm over all of a client's parameters, coefficient capped at 1
             norms = torch.sqrt(sum(g.reshape(group, -1).pow(2).sum(dim=1) for g in grads.values()))
