@@ -425,3 +425,33 @@ def test_a_free_rider_run_reports_whether_the_free_rider_was_lowest(tmp_path, mo
     w = np.asarray(summary["contributions"]) / np.sum(summary["contributions"])
     assert summary["final"]["free_rider_weight_ratio"] == pytest.approx(w[2] * 4)
     assert summary["final"]["free_rider_lowest"] == float(all(w[2] < np.delete(w, 2)))
+
+
+def test_a_rollback_snapshot_is_an_independent_copy_like_deepcopy_keeping_shared_tensors_shared():
+    import copy
+
+    from fedhet.engine.weights import snapshot_state
+
+    model = torch.nn.Linear(3, 2)
+    shared = torch.arange(4.0)
+    state = {
+        "model": model.state_dict(),  # views of the live parameters
+        "clients": {"0": {"w": torch.ones(2)}, "1": [shared, (shared, 7)]},
+        "numbers": np.array([1.0, 2.0]),
+        "round": 3,
+    }
+    snap, reference = snapshot_state(state), copy.deepcopy(state)
+    with torch.no_grad():  # the round goes on: everything the strategy holds changes in place
+        model.weight.add_(1.0)
+        state["clients"]["0"]["w"].mul_(5.0)
+        shared.fill_(-1.0)
+    state["numbers"][0] = 9.0
+    for path in (("model", "weight"), ("model", "bias"), ("clients", "0", "w")):
+        a, b = snap, reference
+        for key in path:
+            a, b = a[key], b[key]
+        assert torch.equal(a, b) and not a.requires_grad
+    listed = snap["clients"]["1"]
+    assert type(listed) is list and type(listed[1]) is tuple and listed[1][1] == 7
+    assert torch.equal(listed[0], torch.arange(4.0)) and listed[1][0] is listed[0]  # held twice, one copy
+    assert snap["numbers"].tolist() == [1.0, 2.0] and snap["round"] == 3

@@ -10,7 +10,6 @@ the Flower adapter (``fedhet.flower``) gives it Flower's Grid. The same config a
 
 from __future__ import annotations
 
-import copy
 import functools
 import json
 import logging
@@ -35,7 +34,7 @@ from fedhet.engine.guards import guard_updates, model_is_finite, update_norms
 from fedhet.engine.protocol import LR_KEY, FederationInfo, Instruction, Reply, Strategy
 from fedhet.engine.rundir import claim_run_dir, write_atomic
 from fedhet.engine.seeds import derived_rng, model_seed
-from fedhet.engine.weights import weights_digest
+from fedhet.engine.weights import snapshot_state, weights_digest
 from fedhet.errors import CheckpointError, ClientUpdateError, ConfigError, TrainingDivergedError
 from fedhet.models.registry import check_model_contract
 from fedhet.report.provenance import commit
@@ -411,7 +410,7 @@ class RoundLoop:
         self._count_unusable_rounds(rnd, replies, {**failures, **rejected})
         # The strategy's state before this round, to undo an aggregate that turns the global model
         # non-finite (finite updates can still overflow); one copy of the server's state per round.
-        snapshot = copy.deepcopy(self.strategy.state_dict()) if cfg.guards.rollback_non_finite else None
+        snapshot = snapshot_state(self.strategy.state_dict()) if cfg.guards.rollback_non_finite else None
         self.strategy.before_aggregate(rnd, replies)
         self.strategy.aggregate(rnd, replies)
         self.strategy.after_aggregate(rnd, replies)
