@@ -55,7 +55,9 @@ def bare_round(sim, global_weights: dict, rnd: int) -> dict:
         for start in range(0, n, cfg.train.batch_size):
             idx = perm[start : start + cfg.train.batch_size]
             opt.zero_grad(set_to_none=True)
-            loss = nn.functional.cross_entropy(model(data.inputs[idx]), data.labels[idx])
+            # index_select, as the engine gathers (2-3x faster than inputs[idx] on the CPU)
+            x, y = data.inputs.index_select(0, idx), data.labels.index_select(0, idx)
+            loss = nn.functional.cross_entropy(model(x), y)
             loss.backward()
             opt.step()
         states.append({k: v.detach().clone() for k, v in model.state_dict().items()})

@@ -94,7 +94,8 @@ def bare_round(sim, start: dict, rnd: int) -> dict:
         for i in range(0, n, t.batch_size):
             idx = perm[i : i + t.batch_size]
             opt.zero_grad(set_to_none=True)
-            nn.functional.cross_entropy(model(data.inputs[idx]), data.labels[idx]).backward()
+            x, y = data.inputs.index_select(0, idx), data.labels.index_select(0, idx)  # as the engine gathers
+            nn.functional.cross_entropy(model(x), y).backward()
             opt.step()
         states.append({k: v.detach().clone() for k, v in model.state_dict().items()})
         sizes.append(n)
