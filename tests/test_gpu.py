@@ -167,3 +167,30 @@ def test_celm_closed_form_mlp_probe_on_the_device_matches_the_cpu():
 
     torch.manual_seed(0)
     assert_probe_agrees_on_cpu_and_cuda(build_model("mlp", (1, 8, 8), 10), "batched")
+
+
+@pytest.mark.parametrize("gradients", ["auto", "vmap"])
+def test_vectorized_clients_on_the_device_match_the_sequential_cpu_run(gradients, monkeypatch):
+    """engine.mode = "vectorized" on CUDA, by its closed-form (fused plain SGD) and vmap paths: the CPU
+    sequential run's weights, and no host sync that grows with the local steps."""
+    from fedhet.engine import vectorized
+
+    monkeypatch.setattr(vectorized, "GRADIENTS", gradients)
+    runs = {}
+    for device, mode in (("cpu", "sequential"), ("cuda", "vectorized")):
+        cfg = config("fedavg", device, 4)
+        cfg.data.clients, cfg.train.momentum, cfg.engine.mode = 10, 0.0, mode
+        sim = make_simulation(cfg)
+        sim.run()
+        assert sim.transport.vector_refusal == "" or mode == "sequential"
+        runs[device] = sim.strategy.global_model().state_dict()
+    for k, v in runs["cpu"].items():
+        assert torch.allclose(v, runs["cuda"][k].cpu(), atol=1e-4), k
+    syncs = {}
+    for steps in (2, 6):
+        cfg = config("fedavg", "cuda", steps)
+        cfg.data.clients, cfg.train.momentum, cfg.engine.mode = 10, 0.0, "vectorized"
+        sim = make_simulation(cfg)
+        sim.setup()
+        syncs[steps] = round_two_syncs(sim)
+    assert syncs[6] == syncs[2], syncs

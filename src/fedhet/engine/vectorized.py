@@ -266,7 +266,7 @@ def _train_stacked(
     same_lr, lr0 = bool((lrs == lrs[0]).all()), float(lrs[0])
     bufs: dict[str, Tensor] | None = None
     steps = [len(m.batches) for m in members]
-    most = max(steps, default=0)
+    most, fewest = max(steps, default=0), min(steps, default=0)
     batch_size = members[0].update.context.train.batch_size
     # Every member's batches at once: (steps, members, batch) indices, -1 where a member has no sample.
     positions = torch.full((most, group, batch_size), -1, dtype=torch.long)
@@ -336,7 +336,7 @@ def _train_stacked(
             grads = {n: g * coef.view(-1, *([1] * (g.dim() - 1))) for n, g in grads.items()}
         # The SGD step in place. A member past its last step is held still: its gradient is masked out and
         # its momentum buffer kept (every member is active at step 0, so the first buffers are the grads).
-        all_active = bool(active.all())
+        all_active = t < fewest  # from the CPU step counts: no host sync per step on a GPU
         for n in names:
             p, g = params[n], grads[n]
             shape = (-1, *([1] * (p.dim() - 1)))
