@@ -84,6 +84,10 @@ FORMULAS: dict[str, list[str]] = {
         "xǁProxyFLTrainerǁobserve",
         "xǁProxyFLǁ_class_counts",
     ],
+    "engine.vectorized": [
+        "x_relu_stack_names",
+        "x_relu_stack_step",
+    ],
     "metrics": [
         "x_confusion_matrix",
         "x_accuracy",
