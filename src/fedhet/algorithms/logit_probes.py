@@ -22,6 +22,7 @@ from torch import Tensor, nn
 from torch.func import functional_call, vmap
 
 from fedhet.errors import ConfigError
+from fedhet.models.mlp import stacked_relu_inputs
 
 #: "batched": the fastest batched path for the model; "vmap": the generic vmap path; "loop": the reference.
 PROBE_IMPLS = ("batched", "vmap", "loop")
@@ -126,23 +127,15 @@ def maximize_logits_mlp(
     x = noise.reshape(num_models, num_classes, -1).to(head_w.device).clone()
     opt = AdamAscent(x, lr)
 
-    def hidden_forward(h: Tensor) -> tuple[Tensor, list[Tensor]]:
-        active = []
-        for w, b in hidden:
-            z = torch.baddbmm(b.unsqueeze(1), h, w.transpose(1, 2))
-            active.append(z > 0)
-            h = z.clamp_min_(0.0)
-        return h, active
-
     for _ in range(steps):
-        _, active = hidden_forward(x)
+        outputs = stacked_relu_inputs(hidden, x)[1:]  # h_1 … h_L; h_l > 0 is ReLU's derivative
         grad = head_w  # (M, K, H): the probe of class c starts from the head's row w_c
-        for (w, _), on in zip(reversed(hidden), reversed(active), strict=True):
-            grad = torch.bmm(grad * on, w)
+        for (w, _), h in zip(reversed(hidden), reversed(outputs), strict=True):
+            grad = torch.bmm(grad * (h > 0), w)
         if grad is head_w:  # no hidden layer: the ascent gradient below works in place, keep the weights
             grad = head_w.clone()
         opt.step(_ascent_gradient(grad, x, l2))
-    h, _ = hidden_forward(x)
+    h = stacked_relu_inputs(hidden, x)[-1]
     logits = torch.baddbmm(head_b.unsqueeze(1), h, head_w.transpose(1, 2))  # (M, K probes, K classes)
     cls = torch.arange(num_classes, device=logits.device)
     return logits[:, cls, cls]

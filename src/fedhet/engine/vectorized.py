@@ -42,6 +42,7 @@ from fedhet.engine.protocol import (
 )
 from fedhet.engine.transfer import to_device
 from fedhet.engine.weights import clone_weights
+from fedhet.models.mlp import stacked_relu_inputs
 
 #: Clients trained in one stacked program (larger rounds run in chunks of this many).
 GROUP_SIZE = int(os.environ.get("FEDHET_VECTOR_GROUP", "64"))
@@ -142,13 +143,9 @@ def relu_stack_step(
     (``baddbmm_``), after δ_{l-1} has used the old W_l, so no gradient is ever materialised; returns
     (losses (G,), None). Without ``lr``: (losses, [(∂L/∂W_l, ∂L/∂b_l) per layer]).
     """
-    h = x.reshape(x.shape[0], x.shape[1], -1)
-    inputs = [h]  # h_0 … h_{L-1}: each layer's input
-    for weight, bias in layers[:-1]:
-        h = torch.baddbmm(bias.unsqueeze(1), h, weight.transpose(1, 2)).clamp_min_(0.0)
-        inputs.append(h)
+    inputs = stacked_relu_inputs(layers[:-1], x.reshape(x.shape[0], x.shape[1], -1))  # h_0 … h_{L-1}
     head_w, head_b = layers[-1]
-    logits = torch.baddbmm(head_b.unsqueeze(1), h, head_w.transpose(1, 2))
+    logits = torch.baddbmm(head_b.unsqueeze(1), inputs[-1], head_w.transpose(1, 2))
     if scales is not None:
         logits = logits * scales.unsqueeze(1)
     log_p = torch.log_softmax(logits, dim=-1)
@@ -297,8 +294,6 @@ def _train_stacked(
     # Terms no member has are not vmapped at all (None, in_dims None): each costs a batched pass per step.
     extras = (0 if restricted else None, 0 if proximal else None, 0 if proximal else None)
     step_fn = vmap(grad(member_loss, has_aux=True), in_dims=(0, 0, 0, 0, *extras))
-    if not proximal:
-        mus = None
     # A plain ReLU stack without FedProx's term takes the closed form (relu_stack_step); with plain SGD (no
     # momentum, weight decay or clipping, one lr) its step is fused into the gradient products.
     stack = None if proximal else relu_stack_names(model, names)
@@ -316,7 +311,7 @@ def _train_stacked(
         x = x.reshape(group, batch_size, *x.shape[1:])
         y = labels[idx]
         if stack is None:
-            grads, losses = step_fn(params, x, y, weight, scales, mus, reference)
+            grads, losses = step_fn(params, x, y, weight, scales, mus if proximal else None, reference)
         else:
             # a member past its last step has only padding (w = 0): zero gradient, so the fused step holds it
             layers = [(params[f"{layer}.weight"], params[f"{layer}.bias"]) for layer in stack]

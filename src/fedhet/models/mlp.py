@@ -57,6 +57,17 @@ class MLP(FedModel):
         return [f"hidden.{i}" for i in range(len(self.hidden))] + ["head"]
 
 
+def stacked_relu_inputs(hidden: Sequence[tuple[Tensor, Tensor]], x: Tensor) -> list[Tensor]:
+    """The input of every layer of M stacked ReLU stacks (the forward of ``relu_stack_layers()`` models):
+    [h_0 = x (M, B, d), h_1, …, h_L] with h_l = relu(h_{l-1} W_lᵀ + b_l), for ``hidden`` the stacked
+    (weight (M, out, in), bias (M, out)) of the hidden layers; h_L is the head's input. h_l > 0 exactly
+    where the pre-activation is, so it is also ReLU's derivative (as autograd takes it)."""
+    inputs = [x]
+    for weight, bias in hidden:
+        inputs.append(torch.baddbmm(bias.unsqueeze(1), inputs[-1], weight.transpose(1, 2)).clamp_min_(0.0))
+    return inputs
+
+
 class MaskedMLP(FedModel):
     """FedRAC's MLP: flatten -> Linear(d_in->H)-ReLU-(x mask1) -> Linear(H->H)-ReLU-(x mask2) -> head.
 
