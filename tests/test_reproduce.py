@@ -173,6 +173,16 @@ def test_a_row_adds_its_own_overrides_at_a_reduced_scale_only(tmp_path, capsys):
         "| plain | — | — | — | — | — |  ← not run: not part of this reproduction"
         in (tmp_path / "out2" / "reproduce.md").read_text()
     )
+    # --rows repeated: rows matching any of the texts run (their runs are reused here), the rest are listed
+    assert main([*argv, "--set", "train.lr=0.04", "--rows", "own", "--rows", "PLAIN"]) == 0
+    plain, own = json.loads(capsys.readouterr().out.strip().splitlines()[-1])["results"]
+    assert own["available"] and plain["available"]
+    page = tmp_path / "page.md"
+    argv += ["--set", "train.lr=0.04", "--rows", "own", "--rows", "neither", "--page", str(page)]
+    assert main(argv) == 0
+    plain, own = json.loads(capsys.readouterr().out.strip().splitlines()[-1])["results"]
+    assert own["available"] and "made with --rows 'own' --rows 'neither'" in plain["note"]
+    assert "--rows own --rows neither --set train.lr=0.04 --page" in page.read_text()  # its command
     spec.write_text(spec.read_text().replace("scales = { cpu = ['train.lr=0.03'] }", "scales = { gpu = [] }"))
     with pytest.raises(ConfigError, match="'quick' or 'cpu'"):
         load_spec(str(spec))

@@ -582,7 +582,6 @@ def reproduce_command(args: argparse.Namespace, table: str, scale: str) -> str:
     optional = {
         "--seeds": args.seeds,
         "--rounds": args.rounds,
-        "--rows": args.rows,
         "--methods": args.methods,
         "--out": args.out,  # where its runs are (tables sharing runs name the same folder)
     }
@@ -590,6 +589,8 @@ def reproduce_command(args: argparse.Namespace, table: str, scale: str) -> str:
     for flag, value in optional.items():
         if value is not None:
             parts += [flag, str(value)]
+    for item in args.rows or []:
+        parts += ["--rows", item]
     for item in args.set:
         parts += ["--set", item]
     parts += ["--page", args.page]
@@ -826,7 +827,11 @@ def build_parser() -> argparse.ArgumentParser:
         "hour per table (says what it cut); full: the papers' settings (default; some tables need a GPU)",
     )
     p.add_argument("--page", metavar="PATH", help="also write a result page (e.g. docs/results/NAME.md)")
-    p.add_argument("--rows", help="run only rows whose name contains this text")
+    p.add_argument(
+        "--rows",
+        action="append",
+        help="run only rows whose name contains this text (repeat it for rows matching any of several)",
+    )
     p.add_argument("--jobs", type=int, default=1, help="worker processes (as in `fedhet compare`)")
     p.add_argument("--methods", help="run only these methods (comma-separated)")
     p.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE")

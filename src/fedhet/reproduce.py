@@ -61,7 +61,7 @@ import json
 import math
 import re
 import tomllib
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -387,7 +387,7 @@ def run_spec(
     *,
     seeds: int | None = None,
     overrides: list[str] | None = None,
-    rows: str | None = None,
+    rows: str | Sequence[str] | None = None,
     methods: list[str] | None = None,
     out_dir: Path,
     progress=None,
@@ -395,7 +395,8 @@ def run_spec(
     scale: str = "full",
 ) -> list[dict[str, Any]]:
     """Run the selected rows at ``scale``; one result dict per row with our mean/std and the paper's value
-    per method. The scale's overrides come first, ``overrides`` (the user's) after them.
+    per method. The scale's overrides come first, ``overrides`` (the user's) after them. ``rows``: the text
+    (or texts) a row's name must contain to run; the others are listed as not part of this reproduction.
 
     Runs already finished in ``out_dir`` are reused (see :func:`fedhet.comparison.run_comparison`), so an
     interrupted reproduction continues where it stopped.
@@ -403,6 +404,7 @@ def run_spec(
     from fedhet.comparison import VIEW_KEYS, aggregate_rows, run_comparison
 
     chosen = spec.at_scale(scale)
+    wanted_rows = [rows] if isinstance(rows, str) else list(rows or [])  # a row matching any is run
     user = list(overrides or [])
     n_seeds = seeds or chosen.seeds or spec.seeds
     results = []
@@ -425,9 +427,10 @@ def run_spec(
             continue
         base = row_config(row, overrides or [])
         missing = _data_missing(base)
-        left_out = bool(rows) and rows.lower() not in row.name.lower()
+        left_out = bool(wanted_rows) and not any(w.lower() in row.name.lower() for w in wanted_rows)
         if missing or left_out:  # listed, so a page says which rows it lacks and why
-            note = missing or f"not part of this reproduction (made with --rows {rows!r})"
+            made_with = " ".join(f"--rows {w!r}" for w in wanted_rows)
+            note = missing or f"not part of this reproduction (made with {made_with})"
             entry.update(available=False, note=note, left_out=not missing)
             for m in wanted:
                 entry["methods"][m] = {"paper": row.paper.get(m)}
