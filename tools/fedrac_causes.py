@@ -15,7 +15,12 @@ Per row (one folder of RUNS per row, cells ``<method>-seed<k>``) and cell:
 - **the window**: max a − max s (how far the best reward beats the best standalone client) and the mean width
   of the clients' windows (s_i, upper_i], in accuracy points, at the final round;
 - **ties**: the largest group of clients with equal rewards at the final round (FedRAC's tied submodel sizes
-  give equal rewards), and, in brackets after the *above* count, how many of the clients above are in it.
+  give equal rewards), and, in brackets after the *above* count, how many of the clients above are in it;
+- **a − s**: the smallest and largest reward minus standalone accuracy at the final round, in points (a
+  method whose rewards stay at the standalone accuracies correlates perfectly with them);
+- **below at the best rate**: each client below its standalone accuracy at the best-rate round, as s → a;
+- **the lowest client**: in how many evaluations the client with the lowest standalone accuracy has a reward
+  exactly equal to it (a client at its standalone accuracy misses the bound, which asks for a_i > s_i).
 """
 
 from __future__ import annotations
@@ -82,7 +87,12 @@ def cell_facts(cell: Path, alpha: float) -> dict:
             "above": above,
             "tied_above": tied_above(s, a, alpha),
         }
+    a_best = np.asarray(rate_best["rewards"], dtype=np.float64)
+    out["below_at_best_rate"] = [(100 * s[i], 100 * a_best[i]) for i in np.flatnonzero(a_best <= s)]
+    lowest = int(s.argmin())
+    out["lowest_equal"] = sum(1 for e in evals if e["rewards"][lowest] == s[lowest]), len(evals)
     a = np.asarray(evals[-1]["rewards"], dtype=np.float64)
+    out["final_gap_points"] = (100 * float((a - s).min()), 100 * float((a - s).max()))
     out["gain_points"] = 100 * (a.max() - s.max())
     out["window_points"] = 100 * bcf_classes(s, a, alpha)[2]
     out["largest_tie"] = int(np.unique(np.round(a, 6), return_counts=True)[1].max())
@@ -105,7 +115,8 @@ def main() -> None:
         print(f"\n## {row.name}")
         print(
             "cell | fairness best (round) | final | last 100 | rate best (round): below/above (tied) | "
-            "rate final: below/above (tied) | max a − max s | window | largest tie"
+            "rate final: below/above (tied) | max a − max s | window | largest tie | a − s final | "
+            "below at best rate (s → a) | lowest client: a = s"
         )
         for cell in sorted(p for p in row.iterdir() if (p / "summary.json").exists()):
             f = cell_facts(cell, args.alpha)
@@ -118,7 +129,10 @@ def main() -> None:
                 f"{rb['rate']:.1f} ({rb['round']}): {rb['below']}/{rb['above']} ({rb['tied_above']}) | "
                 f"{rf['rate']:.1f}: {rf['below']}/{rf['above']} ({rf['tied_above']}) | "
                 f"{f['gain_points']:+.2f} | "
-                f"{f['window_points']:.2f} | {f['largest_tie']}"
+                f"{f['window_points']:.2f} | {f['largest_tie']} | "
+                f"{f['final_gap_points'][0]:+.2f}..{f['final_gap_points'][1]:+.2f} | "
+                + (", ".join(f"{si:.2f} → {ai:.2f}" for si, ai in f["below_at_best_rate"]) or "none")
+                + f" | {f['lowest_equal'][0]} of {f['lowest_equal'][1]}"
             )
 
 
