@@ -465,3 +465,62 @@ def test_a_rollback_snapshot_is_an_independent_copy_like_deepcopy_keeping_shared
     assert type(listed) is list and type(listed[1]) is tuple and listed[1][1] == 7
     assert torch.equal(listed[0], torch.arange(4.0)) and listed[1][0] is listed[0]  # held twice, one copy
     assert snap["numbers"].tolist() == [1.0, 2.0] and snap["round"] == 3
+
+
+def test_a_run_names_the_commit_each_stretch_of_its_rounds_ran_at_read_as_the_rounds_start(
+    tmp_path, monkeypatch
+):
+    """A result page cites the code its numbers came from: the commit is read when a process starts its
+    rounds (the code it imported), not when the summary is written, and a run resumed under other code lists
+    both stretches."""
+    import fedhet.engine.rounds as rounds
+    from fedhet.reproduce import cell_provenance
+
+    cfg = small_config()
+    cfg.train.rounds, cfg.eval.fairness = 4, False
+    current = {"commit": "aaa1111"}
+    monkeypatch.setattr(rounds, "commit", lambda: current["commit"])
+
+    def edit_then_stop_at_3(rnd, total, line):
+        current["commit"] = "edited (with uncommitted changes)"  # the tree changes while the rounds run
+        if rnd == 3:
+            raise Interrupt
+
+    with pytest.raises(Interrupt):
+        make_simulation(cfg, run_dir=tmp_path / "run", progress=edit_then_stop_at_3).run()
+    import shutil
+
+    shutil.rmtree(tmp_path / "run" / "checkpoints" / "round_00003")  # resume from round 2's checkpoint
+    current["commit"] = "bbb2222"
+    summary = make_simulation(cfg, run_dir=tmp_path / "run", resume=True).run()
+    assert summary["fedhet_commits"] == [
+        {"commit": "aaa1111", "from_round": 1},
+        {"commit": "bbb2222", "from_round": 3},
+    ]
+    assert summary["fedhet_commit"] == "bbb2222"
+    # a run that starts and ends under one commit names it once, whatever the tree holds at its end
+    current["commit"] = "ccc3333"
+    cfg.train.rounds = 2
+    edited = lambda rnd, total, line: current.update(commit="later")  # noqa: E731
+    one = make_simulation(cfg, run_dir=tmp_path / "one", progress=edited).run()
+    assert one["fedhet_commits"] == [{"commit": "ccc3333", "from_round": 1}]
+    assert one["fedhet_commit"] == "ccc3333"
+    # resumed under the commit it stopped at: still one stretch
+    current["commit"] = "ddd4444"
+
+    def stop_at_2(rnd, total, line):
+        if rnd == 2:
+            raise Interrupt
+
+    with pytest.raises(Interrupt):
+        make_simulation(cfg, run_dir=tmp_path / "same", progress=stop_at_2).run()
+    shutil.rmtree(tmp_path / "same" / "checkpoints" / "round_00002")
+    same = make_simulation(cfg, run_dir=tmp_path / "same", resume=True).run()
+    assert same["fedhet_commits"] == [{"commit": "ddd4444", "from_round": 1}]
+    result = {"available": True, "run_dir": str(tmp_path), "methods": {"fedavg": {}}, "seeds": [0]}
+    (tmp_path / "fedavg-seed0").mkdir()
+    for path in (tmp_path / "run", tmp_path / "one"):
+        (tmp_path / "fedavg-seed0" / "summary.json").write_text((path / "summary.json").read_text())
+        assert cell_provenance([result])["commits"] == sorted(
+            c["commit"] for c in json.loads((path / "summary.json").read_text())["fedhet_commits"]
+        )

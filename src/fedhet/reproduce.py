@@ -858,8 +858,10 @@ def cell_provenance(results: list[dict[str, Any]]) -> dict[str, Any]:
                 summary = json.loads(path.read_text())
                 runs += 1
                 seconds += float(summary.get("wall_time_s") or 0.0)
-                if summary.get("fedhet_commit"):
-                    commits.add(str(summary["fedhet_commit"]))
+                # every commit a run's rounds were computed at (a resumed run may have several); older
+                # summaries name one, read when they were written
+                stretches = summary.get("fedhet_commits") or [{"commit": summary.get("fedhet_commit")}]
+                commits.update(str(c["commit"]) for c in stretches if c.get("commit"))
     return {"runs": runs, "run_seconds": seconds, "commits": sorted(commits)}
 
 

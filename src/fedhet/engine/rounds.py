@@ -316,6 +316,9 @@ class RoundLoop:
         self.start_round = 1
         #: Consecutive rounds in which every reply was rejected (guards.max_all_rejected_rounds).
         self.unusable_rounds = 0
+        #: The code each stretch of the run's rounds was computed with: [{"commit", "from_round"}], one entry
+        #: per process that ran rounds under a different commit (a run resumed after a code change has two).
+        self.code_commits: list[dict[str, Any]] = []
 
     def model_factory(self) -> nn.Module:
         """A fresh model of the run's architecture on the run's device."""
@@ -504,6 +507,7 @@ class RoundLoop:
             "strategy_rng": self.info.rng.bit_generator.state,
             "config_hash": self.cfg.run_fingerprint(),
             "unusable_rounds": self.unusable_rounds,
+            "code_commits": self.code_commits,
         }
         ckpt.save_checkpoint(ckpt.checkpoint_dir(self.run_dir, rnd), state)
         ckpt.prune_checkpoints(self.run_dir, keep=2)
@@ -537,6 +541,7 @@ class RoundLoop:
         self.info.rng.bit_generator.state = state["strategy_rng"]
         self.start_round = int(state["round"]) + 1
         self.unusable_rounds = int(state.get("unusable_rounds", 0))
+        self.code_commits = list(state.get("code_commits", []))  # none in checkpoints written before 12/2026
         # Lines after the checkpoint's round are dropped (they are run again), a torn last line included.
         self.history = _read_rounds(self.run_dir / "metrics.jsonl", int(state["round"]))
         self.timings = _read_rounds(self.run_dir / "timings.jsonl", int(state["round"]))
@@ -574,6 +579,11 @@ class RoundLoop:
             if self.warm_start is not None:
                 write_atomic(self.run_dir / WARM_START_FILE, json.dumps(self.warm_start, indent=2))
             self._write_partition()
+        # The commit is read as the rounds start, when this process has imported the code it runs; read when
+        # the summary is written it would name whatever the working tree holds by then.
+        here = commit()
+        if not self.code_commits or self.code_commits[-1]["commit"] != here:
+            self.code_commits.append({"commit": here, "from_round": self.start_round})
         from fedhet.report.tensorboard import TensorBoardLog  # lazily: reports import matplotlib
 
         tensorboard = TensorBoardLog(self.run_dir, cfg.eval.tensorboard)
@@ -667,7 +677,10 @@ class RoundLoop:
             "client_sizes": self.fed.sizes,
             "partition_info": _jsonable(self.fed.info),
             "wall_time_s": wall,
-            "fedhet_commit": commit(),  # where the numbers came from (result pages cite it)
+            # where the numbers came from (result pages cite it): the commit the last rounds ran at, and every
+            # stretch of rounds with its own
+            "fedhet_commit": self.code_commits[-1]["commit"] if self.code_commits else commit(),
+            "fedhet_commits": self.code_commits,
         }
 
     def _write_partition(self) -> None:
