@@ -129,18 +129,24 @@ class Interrupt(Exception):
     pass
 
 
+def interrupt_at(stop: int):
+    """A progress callback that interrupts the run once round ``stop`` is written and checkpointed."""
+
+    def callback(rnd, total, line):
+        if rnd == stop:
+            raise Interrupt
+
+    return callback
+
+
 def test_interrupted_run_resumes_from_its_last_checkpoint_with_identical_results(tmp_path):
     cfg = small_config()
     cfg.train.rounds = 4
     cfg.eval.fairness = False
     make_simulation(cfg, run_dir=tmp_path / "full").run()
 
-    def stop_at_3(rnd, total, line):
-        if rnd == 3:
-            raise Interrupt
-
     with pytest.raises(Interrupt):
-        make_simulation(cfg, run_dir=tmp_path / "cut", progress=stop_at_3).run()
+        make_simulation(cfg, run_dir=tmp_path / "cut", progress=interrupt_at(3)).run()
     # round 3 was written to metrics.jsonl and checkpointed before the interrupt; drop them to mimic a crash
     import shutil
 
@@ -507,13 +513,8 @@ def test_a_run_names_the_commit_each_stretch_of_its_rounds_ran_at_read_as_the_ro
     assert one["fedhet_commit"] == "ccc3333"
     # resumed under the commit it stopped at: still one stretch
     current["commit"] = "ddd4444"
-
-    def stop_at_2(rnd, total, line):
-        if rnd == 2:
-            raise Interrupt
-
     with pytest.raises(Interrupt):
-        make_simulation(cfg, run_dir=tmp_path / "same", progress=stop_at_2).run()
+        make_simulation(cfg, run_dir=tmp_path / "same", progress=interrupt_at(2)).run()
     shutil.rmtree(tmp_path / "same" / "checkpoints" / "round_00002")
     same = make_simulation(cfg, run_dir=tmp_path / "same", resume=True).run()
     assert same["fedhet_commits"] == [{"commit": "ddd4444", "from_round": 1}]
