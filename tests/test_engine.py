@@ -486,6 +486,8 @@ def test_a_run_names_the_commit_each_stretch_of_its_rounds_ran_at_read_as_the_ro
     cfg.train.rounds, cfg.eval.fairness = 4, False
     current = {"commit": "aaa1111"}
     monkeypatch.setattr(rounds, "commit", lambda: current["commit"])
+    new_process = rounds.process_commit.cache_clear  # each run below stands for a process of its own
+    new_process()
 
     def edit_then_stop_at_3(rnd, total, line):
         current["commit"] = "edited (with uncommitted changes)"  # the tree changes while the rounds run
@@ -498,6 +500,7 @@ def test_a_run_names_the_commit_each_stretch_of_its_rounds_ran_at_read_as_the_ro
 
     shutil.rmtree(tmp_path / "run" / "checkpoints" / "round_00003")  # resume from round 2's checkpoint
     current["commit"] = "bbb2222"
+    new_process()
     summary = make_simulation(cfg, run_dir=tmp_path / "run", resume=True).run()
     assert summary["fedhet_commits"] == [
         {"commit": "aaa1111", "from_round": 1},
@@ -506,6 +509,7 @@ def test_a_run_names_the_commit_each_stretch_of_its_rounds_ran_at_read_as_the_ro
     assert summary["fedhet_commit"] == "bbb2222"
     # a run that starts and ends under one commit names it once, whatever the tree holds at its end
     current["commit"] = "ccc3333"
+    new_process()
     cfg.train.rounds = 2
     edited = lambda rnd, total, line: current.update(commit="later")  # noqa: E731
     one = make_simulation(cfg, run_dir=tmp_path / "one", progress=edited).run()
@@ -513,11 +517,18 @@ def test_a_run_names_the_commit_each_stretch_of_its_rounds_ran_at_read_as_the_ro
     assert one["fedhet_commit"] == "ccc3333"
     # resumed under the commit it stopped at: still one stretch
     current["commit"] = "ddd4444"
+    new_process()
     with pytest.raises(Interrupt):
         make_simulation(cfg, run_dir=tmp_path / "same", progress=interrupt_at(2)).run()
     shutil.rmtree(tmp_path / "same" / "checkpoints" / "round_00002")
+    new_process()
     same = make_simulation(cfg, run_dir=tmp_path / "same", resume=True).run()
     assert same["fedhet_commits"] == [{"commit": "ddd4444", "from_round": 1}]
+    # one process, several runs (a compare worker): the commit it read at its first run, for all of them
+    current["commit"] = "eee5555"
+    later = make_simulation(cfg, run_dir=tmp_path / "later").run()
+    assert later["fedhet_commits"] == [{"commit": "ddd4444", "from_round": 1}]
+    new_process()
     result = {"available": True, "run_dir": str(tmp_path), "methods": {"fedavg": {}}, "seeds": [0]}
     (tmp_path / "fedavg-seed0").mkdir()
     for path in (tmp_path / "run", tmp_path / "one"):

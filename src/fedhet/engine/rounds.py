@@ -67,6 +67,14 @@ def free_rider_view(contributions: np.ndarray | None, free_rider: int | None) ->
     }
 
 
+@functools.lru_cache(maxsize=1)
+def process_commit() -> str:
+    """The commit of the code this process runs, read once, at its first run: a worker of ``compare --jobs``
+    runs many cells with the code it imported when it started, so a tree edited or committed meanwhile is
+    not credited to them (nor is the tree at a summary's writing). Modules reloaded in place are not seen."""
+    return commit()
+
+
 def learning_rate(cfg: ExperimentConfig, rnd: int) -> float:
     """The round's learning rate: constant, cosine annealing to lr_min over the rounds, or exponential."""
     t = cfg.train
@@ -579,9 +587,7 @@ class RoundLoop:
             if self.warm_start is not None:
                 write_atomic(self.run_dir / WARM_START_FILE, json.dumps(self.warm_start, indent=2))
             self._write_partition()
-        # The commit is read as the rounds start, when this process has imported the code it runs; read when
-        # the summary is written it would name whatever the working tree holds by then.
-        here = commit()
+        here = process_commit()
         if not self.code_commits or self.code_commits[-1]["commit"] != here:
             self.code_commits.append({"commit": here, "from_round": self.start_round})
         from fedhet.report.tensorboard import TensorBoardLog  # lazily: reports import matplotlib
@@ -679,7 +685,7 @@ class RoundLoop:
             "wall_time_s": wall,
             # where the numbers came from (result pages cite it): the commit the last rounds ran at, and every
             # stretch of rounds with its own
-            "fedhet_commit": self.code_commits[-1]["commit"] if self.code_commits else commit(),
+            "fedhet_commit": self.code_commits[-1]["commit"] if self.code_commits else process_commit(),
             "fedhet_commits": self.code_commits,
         }
 
