@@ -19,7 +19,7 @@ import queue
 import signal
 import threading
 from collections.abc import Callable
-from concurrent.futures import ProcessPoolExecutor, as_completed
+from concurrent.futures import as_completed
 from dataclasses import dataclass
 from multiprocessing.managers import SyncManager
 from pathlib import Path
@@ -41,6 +41,7 @@ from fedhet.experiment import (
     standalone_key,
     store_standalone_accuracies,
 )
+from fedhet.process_pool import FreshProcessPool
 
 log = logging.getLogger("fedhet.comparison")
 
@@ -343,9 +344,8 @@ def _run_parallel(
     if listener:
         listener.start()
     try:
-        with ProcessPoolExecutor(
-            max_workers=jobs, mp_context=ctx, initializer=_die_with_parent, initargs=(os.getpid(),)
-        ) as pool:
+        # A fresh process per cell: it runs the tree's code as the cell starts, all of it (process_pool.py)
+        with FreshProcessPool(jobs, ctx, initializer=_die_with_parent, initargs=(os.getpid(),)) as pool:
             # Phase 1: the standalone accuracies each needed seed shares (computed once, into the cache), by
             # the seed's 'standalone' cell where the comparison has one.
             cells = {standalone_key(r.cfg): r for r in todo if r.provides_standalone}
