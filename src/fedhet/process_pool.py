@@ -16,6 +16,7 @@ from __future__ import annotations
 import collections
 import multiprocessing.connection
 import threading
+import time
 import traceback
 from collections.abc import Callable
 from concurrent.futures import Future
@@ -55,7 +56,7 @@ class FreshProcessPool:
         self.jobs, self.ctx = max(1, int(jobs)), mp_context
         self.initializer, self.initargs = initializer, initargs
         self._queued: collections.deque = collections.deque()
-        self._running: dict[Any, tuple[Any, Future, Any]] = {}  # result pipe -> (process, future, pipe)
+        self._running: dict[Any, tuple[Any, Future]] = {}  # a task's result pipe -> (its process, its future)
         self._lock = threading.Lock()
         self._closing = False
         self._thread = threading.Thread(target=self._loop, name="fedhet-process-pool", daemon=True)
@@ -76,12 +77,13 @@ class FreshProcessPool:
                 if not future.set_running_or_notify_cancel():
                     continue
                 recv, send = self.ctx.Pipe(duplex=False)
+                # not a daemon: a cell may start processes of its own (a daemon may not)
                 process = self.ctx.Process(
-                    target=_run_task, args=(send, self.initializer, self.initargs, fn, args), daemon=True
+                    target=_run_task, args=(send, self.initializer, self.initargs, fn, args)
                 )
                 process.start()
                 send.close()  # the child holds the only write end: its exit closes the pipe
-                self._running[recv] = (process, future, recv)
+                self._running[recv] = (process, future)
 
     def _loop(self) -> None:
         while True:
@@ -91,10 +93,10 @@ class FreshProcessPool:
                     return
                 pipes = list(self._running)
             if not pipes:
-                threading.Event().wait(0.05)
+                time.sleep(0.05)
                 continue
             for pipe in multiprocessing.connection.wait(pipes, timeout=0.2):
-                process, future, _ = self._running[pipe]
+                process, future = self._running[pipe]
                 try:
                     ok, value = pipe.recv()
                 except (EOFError, OSError):
