@@ -69,9 +69,10 @@ def free_rider_view(contributions: np.ndarray | None, free_rider: int | None) ->
 
 @functools.lru_cache(maxsize=1)
 def process_commit() -> str:
-    """The commit of the code this process runs, read once, at its first run: a worker of ``compare --jobs``
-    runs many cells with the code it imported when it started, so a tree edited or committed meanwhile is
-    not credited to them (nor is the tree at a summary's writing). Modules reloaded in place are not seen."""
+    """The commit of the code this process runs, read once, at its first run (near when it imported the
+    code): a tree edited or committed while it works, or by the time a summary is written, is not credited
+    to its runs, nor to later runs of a long-lived process (a notebook). Modules reloaded in place are not
+    seen. ``compare --jobs`` starts a process per cell, so each cell reads its own."""
     return commit()
 
 
