@@ -25,11 +25,15 @@ def _tmp_cache(tmp_path, monkeypatch):
     monkeypatch.setenv("FEDHET_CACHE", str(tmp_path / "cache"))
 
 
-def config(method: str, mode: str, split: str = "dirichlet-per-client", **train) -> ExperimentConfig:
+def config(
+    method: str, mode: str, split: str = "dirichlet-per-client", model: str = "mlp", **train
+) -> ExperimentConfig:
     cfg = ExperimentConfig()
     cfg.data.dataset, cfg.data.split, cfg.data.clients = "digits", split, 6
     cfg.data.split_params = {"alpha": 1.0} if split == "dirichlet-per-client" else {"samples_per_client": 150}
-    cfg.model.name = "mlp"
+    cfg.model.name = model
+    if model == "mlp200":  # FedRAC/FedSAC score submodels on a server validation set
+        cfg.data.validation_fraction = 0.1
     cfg.train.rounds, cfg.train.lr = 3, 0.1
     for key, value in train.items():
         setattr(cfg.train, key, value)
@@ -60,7 +64,12 @@ CASES = {
     # CLA: client i holds classes 0..k_i only, so FedRS's scales differ from 1
     "fedrs": ("fedrs", {"fedrs_alpha": 0.1}, dict(split="cla")),
     "celm": ("celm", {"warmup_fraction": 0.34, "probe_steps": 5}, {}),  # warm-up keeps the head local
+    # every client trains its own submodel of mlp200 (a different 0/1 mask per client), clipped as FedRAC's
+    # command line does; FedSAC's masks with momentum (the unfused closed form)
+    "fedrac": ("fedrac", {}, dict(model="mlp200", grad_clip=1.0)),
+    "fedsac": ("fedsac", {}, dict(model="mlp200", momentum=0.5)),
 }
+MASKED = {"fedrac", "fedsac"}
 
 
 @pytest.mark.parametrize("gradients", ["auto", "vmap"])
@@ -69,15 +78,24 @@ def test_vectorized_training_matches_the_sequential_engine(case, gradients, monk
     """Both ways of computing the group's gradients: "auto" takes the closed form for the ReLU-stack MLP
     (fused with the step when the SGD is plain: FedRS, CELM), except under FedProx's term; "vmap" never."""
     monkeypatch.setattr(vectorized, "GRADIENTS", gradients)
-    closed_form = []
-    step = vectorized.relu_stack_step
-    monkeypatch.setattr(vectorized, "relu_stack_step", lambda *a: closed_form.append(a[-1]) or step(*a))
     method, params, kw = CASES[case]
+    if case in MASKED and gradients == "vmap":
+        pytest.skip("submodel masks train on the closed form only (the refusal is tested below)")
+    calls = []  # (lr, masks) of every closed-form step
+    step = vectorized.relu_stack_step
+    monkeypatch.setattr(
+        vectorized,
+        "relu_stack_step",
+        lambda *a: calls.append((a[5], a[6] if len(a) > 6 else None)) or step(*a),
+    )
     (seq_w, seq_h, seq), (vec_w, vec_h, vec) = run_both(method, params, **kw)
     assert vec.transport.vector_refusal == ""  # it did run vectorized
-    assert bool(closed_form) == (gradients == "auto" and case != "fedprox")
-    if closed_form:  # fused (an lr passed) exactly where the SGD is plain
-        assert all(lr is None for lr in closed_form) == case.startswith("fedavg")
+    assert bool(calls) == (gradients == "auto" and case != "fedprox")
+    if case in MASKED:  # every step got the members' masks, and they are not all the whole model
+        assert all(masks is not None for _, masks in calls)
+        assert any(float(m.min()) == 0.0 for _, masks in calls for m in masks)
+    elif calls:  # fused (an lr passed) exactly where the SGD is plain
+        assert all(lr is None for lr, _ in calls) == case.startswith("fedavg")
     for key in seq_w:
         torch.testing.assert_close(vec_w[key], seq_w[key], atol=1e-5, rtol=0)
     for a, b in zip(seq_h, vec_h, strict=True):
@@ -106,13 +124,13 @@ def test_a_training_change_the_vectorized_path_misses_is_caught():
     assert max(float((a[k] - b[k]).abs().max()) for k in a) > 1e-5  # beyond the tolerance used above
 
 
-def test_vectorized_refuses_what_it_cannot_honour_naming_the_reason_and_auto_falls_back(caplog):
+def test_vectorized_refuses_what_it_cannot_honour_naming_the_reason_and_auto_falls_back(caplog, monkeypatch):
     with pytest.raises(ConfigError, match="train.optimizer = 'adam'"):
         make_simulation(config("fedavg", "vectorized", optimizer="adam")).run()
-    cfg = config("fedrac", "vectorized")
-    cfg.data.validation_fraction, cfg.model.name = 0.1, "mlp200"
-    with pytest.raises(ConfigError, match="submodel masks"):
-        make_simulation(cfg).run()
+    with monkeypatch.context() as patch:  # masks need the closed form, which "vmap" turns off
+        patch.setattr(vectorized, "GRADIENTS", "vmap")
+        with pytest.raises(ConfigError, match="submodel masks"):
+            make_simulation(config("fedrac", "vectorized", model="mlp200")).run()
     cfg = config("fedavg", "vectorized")
     cfg.faults.clients = {"0": "noise"}
     with pytest.raises(ConfigError, match=r"\[faults\]"):
@@ -127,10 +145,19 @@ def test_vectorized_refuses_what_it_cannot_honour_naming_the_reason_and_auto_fal
     assert [h["accuracy"] for h in auto.history] == [h["accuracy"] for h in seq.history]
 
 
+class _Scale(torch.nn.Module):
+    def __init__(self, factor):
+        super().__init__()
+        self.factor = factor
+
+    def forward(self, x):
+        return x * self.factor
+
+
 def test_the_closed_form_relu_stack_step_equals_autograd_member_by_member():
     """relu_stack_step against torch.autograd on each member's own nn.Sequential (an independent
-    computation): losses, every gradient, and the fused SGD step, with padding, an idle member and FedRS
-    scales."""
+    computation): losses, every gradient, and the fused SGD step, with padding, an idle member, FedRS
+    scales and submodel masks."""
     gen = torch.Generator().manual_seed(0)
     group, batch, widths, classes = 4, 5, [12, 7, 6], 3
     dims = [widths[0], *widths[1:], classes]
@@ -145,8 +172,10 @@ def test_the_closed_form_relu_stack_step_equals_autograd_member_by_member():
     w[2] = 0.0  # a member past its last step
     w[3, 1:] = 0.0  # one real sample
     scales = torch.rand(group, classes, generator=gen) + 0.5
-    for scale in (None, scales):
-        losses, grads = vectorized.relu_stack_step(layers, x, y, w, scale, None)
+    # submodel masks: one 0/1 (group, width) per hidden layer, a masked unit's ReLU output multiplied by 0
+    masks = [(torch.rand(group, width, generator=gen) > 0.4).float() for width in widths[1:]]
+    for scale, mask in ((None, None), (scales, None), (None, masks)):
+        losses, grads = vectorized.relu_stack_step(layers, x, y, w, scale, None, mask)
         for g in range(group):
             net = torch.nn.Sequential(torch.nn.Flatten())
             for i, (weight, bias) in enumerate(layers):
@@ -155,6 +184,8 @@ def test_the_closed_form_relu_stack_step_equals_autograd_member_by_member():
                 net.append(linear)
                 if i < len(layers) - 1:
                     net.append(torch.nn.ReLU())
+                    if mask is not None:  # the unit mask as MaskedMLP's UnitMask multiplies it in
+                        net.append(_Scale(mask[i][g]))
             real = w[g] > 0
             logits = net(x[g][real]) * (1.0 if scale is None else scale[g])
             loss = torch.nn.functional.cross_entropy(logits, y[g][real]) if real.any() else logits.sum() * 0
@@ -168,7 +199,7 @@ def test_the_closed_form_relu_stack_step_equals_autograd_member_by_member():
                 torch.testing.assert_close(gb[g], expected_b, atol=1e-5, rtol=1e-5)
         # fused: the same step taken inside the products, the idle member untouched
         stepped = [(weight.clone(), bias.clone()) for weight, bias in layers]
-        vectorized.relu_stack_step(stepped, x, y, w, scale, 0.3)
+        vectorized.relu_stack_step(stepped, x, y, w, scale, 0.3, mask)
         for (weight, bias), (new_w, new_b), (gw, gb) in zip(layers, stepped, grads, strict=True):
             torch.testing.assert_close(new_w, weight - 0.3 * gw, atol=1e-6, rtol=1e-6)
             torch.testing.assert_close(new_b, bias - 0.3 * gb, atol=1e-6, rtol=1e-6)

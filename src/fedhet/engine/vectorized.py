@@ -10,7 +10,9 @@ of the update. Results equal the sequential engine's up to float reassociation (
 
 Only what the functional path can honour runs here (:func:`why_not_vectorized` names the reason otherwise):
 the trainers of FedAvg (``SGDTrainer``), FedProx (proximal term) and FedRS (restricted softmax), SGD without
-Adam, models without BatchNorm and without submodel masks, no injected training faults.
+Adam, models without BatchNorm, no injected training faults. Submodel masks (FedRAC, FedSAC: each client
+trains its own submodel of ``mlp200``) are honoured on the closed-form ReLU-stack path: each member's mask
+multiplies its hidden activations, as ``MaskedMLP``'s mask points do.
 """
 
 from __future__ import annotations
@@ -72,8 +74,12 @@ def why_not_vectorized(trainer: Trainer, model: nn.Module, train: Any, faults: b
         return f"train.optimizer = {train.optimizer!r} (the vectorized path implements SGD)"
     if any(isinstance(m, nn.modules.batchnorm._BatchNorm) for m in model.modules()):
         return "the model has BatchNorm layers (running statistics are per-client state vmap does not update)"
-    if getattr(model, "maskable_units", 0):
-        return "the model has submodel masks (FedRAC/FedSAC train masked submodels one by one)"
+    kind = _supported_trainers()[type(trainer)]
+    if getattr(model, "maskable_units", 0) and mask_widths(model, kind) is None:
+        return (
+            "the model has submodel masks, which the vectorized path applies only to a masked plain ReLU "
+            "stack (mlp200) trained by FedAvg's trainer with engine gradients 'auto'"
+        )
     if faults:
         return "[faults] are injected (they act per client on the sequential path)"
     return None
@@ -88,6 +94,7 @@ class _Member:
     batches: Tensor  # (steps, batch_size) positions in data.indices (CPU), -1 = padding
     scale: Tensor | None  # FedRS logit scales (C,), or None
     mu: float  # FedProx μ (0 without the proximal term)
+    mask: Tensor | None  # the client's submodel mask (K,) (FedRAC, FedSAC), or None for the whole model
 
 
 def _index_batches(trainer: Trainer, u: LocalUpdate) -> Tensor:
@@ -122,6 +129,20 @@ def relu_stack_names(model: nn.Module, trainable: Sequence[str]) -> list[str] | 
     return layers if expected == set(trainable) else None
 
 
+def mask_widths(model: nn.Module, kind: str = "plain") -> list[int] | None:
+    """The widths of a maskable model's hidden layers when its submodel masks can be trained here: a ReLU
+    stack (:func:`relu_stack_names`) with one mask point after each hidden layer, in K order (``mlp200``),
+    trained with the closed form (``kind`` "plain" or FedRS's "restricted"; FedProx's term takes ``vmap``,
+    which has no masks); else None."""
+    trainable = [n for n, p in model.named_parameters() if p.requires_grad]
+    layers = relu_stack_names(model, trainable) if kind != "proximal" else None
+    points = model.mask_points() if hasattr(model, "mask_points") else []
+    if layers is None or len(points) != len(layers) - 1:
+        return None
+    widths = [getattr(model, name).out_features for name in layers[:-1]]
+    return widths if [point.size for _, point in points] == widths else None
+
+
 def relu_stack_step(
     layers: Sequence[tuple[Tensor, Tensor]],
     x: Tensor,
@@ -129,6 +150,7 @@ def relu_stack_step(
     w: Tensor,
     scales: Tensor | None,
     lr: float | None,
+    masks: Sequence[Tensor] | None = None,
 ) -> tuple[Tensor, list[tuple[Tensor, Tensor]] | None]:
     """One step of every member of a plain ReLU stack, its gradients in closed form (no autograd, no vmap).
 
@@ -138,12 +160,14 @@ def relu_stack_step(
     cross-entropy over its real samples, L = Σ_b w_b CE_b / max(Σ_b w_b, 1):
     δ_L = ∂L/∂z_L = s ⊙ (softmax(z) − onehot(y)) · w_b / max(Σ w, 1); ∂L/∂W_l = δ_lᵀ h_{l-1},
     ∂L/∂b_l = Σ_b δ_l; δ_{l-1} = (δ_l W_l) ⊙ [h_{l-1} > 0] (ReLU's derivative as autograd takes it).
+    ``masks`` (one 0/1 (G, width) per hidden layer): h_l = m_l ⊙ relu(z_l), so [h_l > 0] = m_l ⊙ [z_l > 0]
+    carries the mask into δ and a masked unit's weights get exactly zero gradient (methods.md §3.3).
 
     With ``lr`` the plain SGD step W_l ← W_l − lr·∂L/∂W_l is taken in place inside the product
     (``baddbmm_``), after δ_{l-1} has used the old W_l, so no gradient is ever materialised; returns
     (losses (G,), None). Without ``lr``: (losses, [(∂L/∂W_l, ∂L/∂b_l) per layer]).
     """
-    inputs = stacked_relu_inputs(layers[:-1], x.reshape(x.shape[0], x.shape[1], -1))  # h_0 … h_{L-1}
+    inputs = stacked_relu_inputs(layers[:-1], x.reshape(x.shape[0], x.shape[1], -1), masks)  # h_0 … h_{L-1}
     head_w, head_b = layers[-1]
     logits = torch.baddbmm(head_b.unsqueeze(1), inputs[-1], head_w.transpose(1, 2))
     if scales is not None:
@@ -201,7 +225,7 @@ def train_group(
             trainer.prepare(u)
         scale = getattr(u.scratch, "fedrs_scales", None) if kind == "restricted" else None
         mu = float(getattr(u.scratch, "proximal_mu", 0.0)) if kind == "proximal" else 0.0
-        members.append(_Member(cid, u, _index_batches(trainer, u), scale, mu))
+        members.append(_Member(cid, u, _index_batches(trainer, u), scale, mu, ins.mask))
 
     # Chunks of GROUP_SIZE clients: the stacked weights of a chunk stay in cache (at 1,000 clients of a
     # 50k-parameter MLP one stack would be 200 MB per tensor pass; measured in benchmarks/vectorized.py).
@@ -298,6 +322,14 @@ def _train_stacked(
     # momentum, weight decay or clipping, one lr) its step is fused into the gradient products.
     stack = None if proximal else relu_stack_names(model, names)
     fused = stack is not None and not (momentum or wd or clip) and same_lr
+    hidden_masks = None
+    if any(m.mask is not None for m in members):  # each member's submodel: its units of every hidden layer
+        if stack is None:
+            raise ValueError("submodel masks train on the closed-form path only (see why_not_vectorized)")
+        widths = [params[f"{layer}.weight"].shape[1] for layer in stack[:-1]]
+        full = torch.ones(sum(widths), device=device)
+        stacked = torch.stack([full if m.mask is None else m.mask.to(device, torch.float32) for m in members])
+        hidden_masks = list(stacked.split(widths, dim=1))
     inputs, labels = data.inputs, data.labels
     normalize = data.normalize
     # Every step's batch rows land in one buffer: a fresh (group × batch) allocation per step cost about a
@@ -315,7 +347,8 @@ def _train_stacked(
         else:
             # a member past its last step has only padding (w = 0): zero gradient, so the fused step holds it
             layers = [(params[f"{layer}.weight"], params[f"{layer}.bias"]) for layer in stack]
-            losses, per_layer = relu_stack_step(layers, x, y, weight, scales, lr0 if fused else None)
+            lr = lr0 if fused else None
+            losses, per_layer = relu_stack_step(layers, x, y, weight, scales, lr, hidden_masks)
             if fused:
                 loss_sums += torch.where(active, losses.double(), torch.zeros_like(loss_sums))
                 continue

@@ -57,14 +57,19 @@ class MLP(FedModel):
         return [f"hidden.{i}" for i in range(len(self.hidden))] + ["head"]
 
 
-def stacked_relu_inputs(hidden: Sequence[tuple[Tensor, Tensor]], x: Tensor) -> list[Tensor]:
+def stacked_relu_inputs(
+    hidden: Sequence[tuple[Tensor, Tensor]], x: Tensor, masks: Sequence[Tensor] | None = None
+) -> list[Tensor]:
     """The input of every layer of M stacked ReLU stacks (the forward of ``relu_stack_layers()`` models):
     [h_0 = x (M, B, d), h_1, …, h_L] with h_l = relu(h_{l-1} W_lᵀ + b_l), for ``hidden`` the stacked
-    (weight (M, out, in), bias (M, out)) of the hidden layers; h_L is the head's input. h_l > 0 exactly
-    where the pre-activation is, so it is also ReLU's derivative (as autograd takes it)."""
+    (weight (M, out, in), bias (M, out)) of the hidden layers; h_L is the head's input. With ``masks``
+    (one 0/1 (M, out) per hidden layer, a submodel's units as ``MaskedMLP`` applies them) h_l is multiplied
+    by its mask. h_l > 0 exactly where the pre-activation is and the unit is kept, so it is also the
+    derivative of the (masked) ReLU as autograd takes it."""
     inputs = [x]
-    for weight, bias in hidden:
-        inputs.append(torch.baddbmm(bias.unsqueeze(1), inputs[-1], weight.transpose(1, 2)).clamp_min_(0.0))
+    for layer, (weight, bias) in enumerate(hidden):
+        h = torch.baddbmm(bias.unsqueeze(1), inputs[-1], weight.transpose(1, 2)).clamp_min_(0.0)
+        inputs.append(h if masks is None else h.mul_(masks[layer].unsqueeze(1)))
     return inputs
 
 
@@ -90,6 +95,12 @@ class MaskedMLP(FedModel):
         """The masked second hidden layer (B, H)."""
         h = self.fc1_mask(F.relu(self.fc1(x.flatten(1))))
         return self.fc2_mask(F.relu(self.fc2(h)))
+
+    def relu_stack_layers(self) -> list[str]:
+        """Names of the Linear layers, hidden first, head last: without a mask the forward pass is a plain
+        ReLU stack; under a mask each hidden layer's ReLU output is multiplied by its units of the mask (K
+        order = the hidden layers' units in order; ``stacked_relu_inputs``'s ``masks``)."""
+        return ["fc1", "fc2", "head"]
 
     def masked_forward(self, x: Tensor, masks: Tensor) -> Tensor:
         """Logits (M, B, C) under each mask: the first layer once, then batched over (chunks of) masks."""
