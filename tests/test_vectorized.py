@@ -32,7 +32,7 @@ def config(
     cfg.data.dataset, cfg.data.split, cfg.data.clients = "digits", split, 6
     cfg.data.split_params = {"alpha": 1.0} if split == "dirichlet-per-client" else {"samples_per_client": 150}
     cfg.model.name = model
-    if model == "mlp200":  # FedRAC/FedSAC score submodels on a server validation set
+    if model == "mlp200" or train.pop("validation", False):  # a server validation set (FedRAC, CFFL)
         cfg.data.validation_fraction = 0.1
     cfg.train.rounds, cfg.train.lr = 3, 0.1
     for key, value in train.items():
@@ -68,6 +68,9 @@ CASES = {
     # command line does; FedSAC's masks with momentum (the unfused closed form)
     "fedrac": ("fedrac", {}, dict(model="mlp200", grad_clip=1.0)),
     "fedsac": ("fedsac", {}, dict(model="mlp200", momentum=0.5)),
+    # the own-model trainer: FedAvg's loop, its own reply (clipped, top-θ Δ) and kept model
+    "cffl": ("cffl", {}, dict(validation=True)),
+    "cgsv": ("cgsv", {}, {}),
 }
 MASKED = {"fedrac", "fedsac"}
 
@@ -125,6 +128,9 @@ def test_a_training_change_the_vectorized_path_misses_is_caught():
 
 
 def test_vectorized_refuses_what_it_cannot_honour_naming_the_reason_and_auto_falls_back(caplog, monkeypatch):
+    # SAGE's trainer is FixMatch's (its own batches and loss): training hooks, so refused by name
+    with pytest.raises(ConfigError, match="SAGETrainer has hooks the vectorized path cannot honour"):
+        make_simulation(config("sage", "vectorized")).run()
     with pytest.raises(ConfigError, match="train.optimizer = 'adam'"):
         make_simulation(config("fedavg", "vectorized", optimizer="adam")).run()
     with monkeypatch.context() as patch:  # masks need the closed form, which "vmap" turns off

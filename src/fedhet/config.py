@@ -145,7 +145,8 @@ class EngineConfig:
     """How the embedded engine runs the clients of a round (docs/performance.md)."""
 
     #: "sequential": one client after another; "vectorized": the round's clients at once with torch.func
-    #: (FedAvg, FedProx, FedRS trainers; SGD; no BatchNorm or masks), refused with the reason otherwise;
+    #: (trainers with FedAvg's, FedProx's or FedRS's training loop; SGD; no BatchNorm; submodel masks on
+    #: ``mlp200`` only), refused with the reason otherwise;
     #: "auto": vectorized where it applies and the round has enough clients, else sequential (logged).
     mode: str = "sequential"
 

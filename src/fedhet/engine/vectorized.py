@@ -9,8 +9,10 @@ an epoch is padded and masked out of its mean loss, and a client that has taken 
 of the update. Results equal the sequential engine's up to float reassociation (a tested tolerance).
 
 Only what the functional path can honour runs here (:func:`why_not_vectorized` names the reason otherwise):
-the trainers of FedAvg (``SGDTrainer``), FedProx (proximal term) and FedRS (restricted softmax), SGD without
-Adam, models without BatchNorm, no injected training faults. Submodel masks (FedRAC, FedSAC: each client
+the trainers of FedAvg (``SGDTrainer``), FedProx (proximal term) and FedRS (restricted softmax), and any
+trainer that keeps one of their training loops (:data:`TRAINING_HOOKS`; the own-model trainer of CFFL,
+IAFL, CGSV and ShapFed changes only its step count and its reply), SGD without Adam, models without
+BatchNorm, no injected training faults. Submodel masks (FedRAC, FedSAC: each client
 trains its own submodel of ``mlp200``) are honoured on the closed-form ReLU-stack path: each member's mask
 multiplies its hidden activations, as ``MaskedMLP``'s mask points do.
 """
@@ -55,26 +57,40 @@ GROUP_SIZE = int(os.environ.get("FEDHET_VECTOR_GROUP", "64"))
 GRADIENTS = os.environ.get("FEDHET_VECTOR_GRADIENTS", "auto")
 
 
-def _supported_trainers() -> dict[type, str]:
+#: The hooks of a trainer's training loop. A trainer that keeps all of them from one of the supported
+#: trainers trains here; its other hooks (``num_steps``, ``num_examples``, ``finish``, ``kept_weights``) are
+#: called as the sequential loop calls them (the own-model trainer of CFFL/IAFL/CGSV/ShapFed, for one).
+TRAINING_HOOKS = ("fit", "prepare", "make_optimizer", "batches", "loss")
+
+
+def trainer_kind(trainer: Trainer) -> str | None:
+    """ "plain" (FedAvg's loop), "proximal" (FedProx's) or "restricted" (FedRS's) for a trainer whose
+    training hooks are exactly one of those trainers', else None."""
     from fedhet.algorithms.fedavg import SGDTrainer
     from fedhet.algorithms.fedprox import FedProxTrainer
     from fedhet.algorithms.fedrs import FedRSTrainer
 
-    return {SGDTrainer: "plain", FedProxTrainer: "proximal", FedRSTrainer: "restricted"}
+    cls = type(trainer)
+    for base, kind in ((FedProxTrainer, "proximal"), (FedRSTrainer, "restricted"), (SGDTrainer, "plain")):
+        if issubclass(cls, base) and all(
+            getattr(cls, hook) is getattr(base, hook) for hook in TRAINING_HOOKS
+        ):
+            return kind
+    return None
 
 
 def why_not_vectorized(trainer: Trainer, model: nn.Module, train: Any, faults: bool = False) -> str | None:
     """None when this run's local training can be vectorized, else the reason (for the user)."""
-    if type(trainer) not in _supported_trainers():
+    kind = trainer_kind(trainer)
+    if kind is None:
         return (
             f"its trainer {type(trainer).__name__} has hooks the vectorized path cannot honour (supported: "
-            "the trainers of FedAvg, FedProx and FedRS)"
+            f"trainers whose {', '.join(TRAINING_HOOKS)} are those of FedAvg, FedProx or FedRS)"
         )
     if train.optimizer != "sgd":
         return f"train.optimizer = {train.optimizer!r} (the vectorized path implements SGD)"
     if any(isinstance(m, nn.modules.batchnorm._BatchNorm) for m in model.modules()):
         return "the model has BatchNorm layers (running statistics are per-client state vmap does not update)"
-    kind = _supported_trainers()[type(trainer)]
     if getattr(model, "maskable_units", 0) and mask_widths(model, kind) is None:
         return (
             "the model has submodel masks, which the vectorized path applies only to a masked plain ReLU "
@@ -207,7 +223,7 @@ def train_group(
     """
     from fedhet.algorithms.fedavg import SGDTrainer
 
-    kind = _supported_trainers()[type(trainer)]
+    kind = trainer_kind(trainer)
     ids = sorted(instructions)
     model = contexts[ids[0]].model
     keys = list(model.state_dict().keys())
