@@ -639,3 +639,31 @@ def test_cffl_global_protocol_aggregates_the_reputable_uploads_into_the_global_m
     s.aggregate(1, {0: reply(u0), 1: reply(u1), 2: reply(u2)})
     assert s.reputable == [0, 1]  # client 2's upload scored 0.03: it left R
     torch.testing.assert_close(s.model.head.bias.detach(), 0.5 * u0["head.bias"] + 0.25 * u1["head.bias"])
+
+
+@pytest.mark.parametrize("method", ["iafl", "cffl", "fedavg"])
+def test_reward_evaluation_equals_each_clients_model_evaluated_alone(method, monkeypatch):
+    """evaluate_rewards evaluates a reward once per distinct set of weights: IAFL's ten equal models take
+    one pass, CFFL's and FedAvg's distinct ones one each, and every accuracy equals that client's reward
+    model evaluated alone (the plain loop, an independent computation)."""
+    from fedhet.algorithms import fedavg as fedavg_module
+    from fedhet.engine.evaluation import accuracy_of
+
+    cfg = small_config(method, train__rounds=2)
+    sim = make_simulation(cfg)
+    sim.run()
+    st = sim.strategy
+    gen = torch.Generator().manual_seed(0)
+    x, y = torch.rand(300, 1, 28, 28, generator=gen), torch.randint(0, 10, (300,), generator=gen)
+    alone = [accuracy_of(st.reward_model(c), x, y, 128) for c in range(st.info.num_clients)]
+    passes = []
+    counted = fedavg_module.accuracy_of
+    monkeypatch.setattr(fedavg_module, "accuracy_of", lambda *a: passes.append(1) or counted(*a))
+    assert st.evaluate_rewards(x, y, 128) == alone
+    distinct = []  # reward_model loads a shared scratch model: copy each client's weights out
+    for c in range(st.info.num_clients):
+        s = {k: v.clone() for k, v in st.reward_model(c).state_dict().items()}
+        if not any(all(torch.equal(s[k], d[k]) for k in s) for d in distinct):
+            distinct.append(s)
+    assert len(passes) == len(distinct)
+    assert (len(distinct) < st.info.num_clients) == (method == "iafl")

@@ -269,11 +269,22 @@ class FedAvg(Strategy):
         return model
 
     def evaluate_rewards(self, x: Tensor, y: Tensor, batch_size: int) -> list[float] | None:
-        """Test accuracy of every client's reward model, one at a time (FedRAC batches it)."""
-        accs = []
+        """Test accuracy of every client's reward model, one at a time (FedRAC batches it). A reward whose
+        weights equal an earlier client's this round takes its accuracy without a second pass (IAFL gives
+        every client the same model: a tenth of the evaluation)."""
+        accs: list[float] = []
+        seen: list[tuple[dict[str, Tensor], float]] = []  # (weights, accuracy) evaluated this call
         for cid in range(self.info.num_clients):
             m = self.reward_model(cid)
-            accs.append(accuracy_of(m, x, y, batch_size) if m is not None else float("nan"))
+            if m is None:
+                accs.append(float("nan"))
+                continue
+            state = m.state_dict()
+            acc = next((a for w, a in seen if all(torch.equal(w[k], state[k]) for k in state)), None)
+            if acc is None:
+                acc = accuracy_of(m, x, y, batch_size)
+                seen.append(({k: v.detach().clone() for k, v in state.items()}, acc))
+            accs.append(acc)
         return accs if any(math.isfinite(a) for a in accs) else None
 
     def round_metrics(self, rnd: int) -> dict[str, Any]:
