@@ -243,6 +243,64 @@ def test_a_reward_metric_page_draws_the_metric_per_round_and_rewards_against_sta
     assert all((page.parent / f).is_file() for f in linked)
 
 
+def test_a_table_measured_a_few_rows_at_a_time_keeps_the_rows_already_on_its_page(tmp_path, capsys):
+    """--keep-page-rows: a second reproduction of other rows keeps the first one's rows on the page, each
+    line as printed, with its command, provenance and figures; refused for a page of another scale."""
+    cfg = tmp_path / "small.toml"
+    cfg.write_text(
+        "[data]\ndataset = 'fashion-mnist'\nsplit = 'iid'\nclients = 3\nmax_train_samples = 900\n"
+        "max_test_samples = 300\n[train]\nrounds = 2\n[eval]\nfairness = true\n"
+    )
+    spec = tmp_path / "fair.toml"
+    spec.write_text(
+        "title = 'f'\nmetric = 'fairness_pearson'\nview = 'best'\nscale = 1\nseeds = 1\n"
+        "methods = ['fedavg', 'standalone']\n"
+        "[[rows]]\nname = 'IID'\nconfig = 'small.toml'\npaper = { fedavg = 90.0 }\n"
+        "[[rows]]\nname = 'later'\nconfig = 'small.toml'\nset = ['train.lr=0.02']\n"
+        "paper = { fedavg = 80.0 }\n"
+        "[[rows]]\nname = 'offline'\navailable = false\n"
+    )
+    page = tmp_path / "results" / "fair.md"
+    argv = ["reproduce", str(spec), "--out", str(tmp_path / "out"), "--page", str(page), "--quiet", "--json"]
+    assert main([*argv, "--rows", "IID"]) == 0
+    capsys.readouterr()
+    first = page.read_text()
+    (iid_line,) = [ln for ln in first.splitlines() if ln.startswith("| IID | ")]
+    first_figures = re.findall(r"\]\((figures/[^)]+)\)", first)
+    # Without the flag the other rows are listed as not run; with it, the IID row is kept as it was.
+    assert main([*argv, "--rows", "later", "--keep-page-rows"]) == 0
+    (_, later, _) = json.loads(capsys.readouterr().out.strip().splitlines()[-1])["results"]
+    text = page.read_text()
+    lines = text.splitlines()
+    assert iid_line in lines and not any(ln.startswith("| IID |") and ln != iid_line for ln in lines)
+    (later_line,) = [ln for ln in lines if ln.startswith("| later | ")]
+    assert "← not run" not in later_line
+    assert lines[0].endswith(" rows=2/2 -->")  # both rows that can run here are measured
+    # the two commands, in the order they ran: the first as it was, then this one with --keep-page-rows
+    block = text.split("```")[1].strip().splitlines()
+    assert block[0].endswith("--rows IID --page " + str(page))
+    assert block[1].endswith("--rows later --page " + str(page) + " --keep-page-rows")
+    assert "Its 2 runs (rows `later`) took " in text
+    assert "Rows kept from the page as it was at commit " in text and "`IID`" in text
+    assert "That page said of the runs it ran: Its 2 runs took " in text
+    # the first page's figures stay linked and on disk; this run's are named after its row
+    linked = re.findall(r"\]\((figures/[^)]+)\)", text)
+    assert set(first_figures) < set(linked) and all((page.parent / f).is_file() for f in linked)
+    assert "figures/fair-metric-later.png" in linked
+    # Mean |Δ| over the cells of both rows: the kept row's Δ as printed, this row's from its numbers
+    kept_delta = float(re.search(r"Δ ([+-][0-9.]+)", iid_line).group(1))
+    ours = later["methods"]["fedavg"]["ours"]
+    expected = (abs(kept_delta) + abs(ours - 80.0)) / 2
+    assert f"Mean |Δ| over 2 cells: {expected:.2f}." in text
+    # A page of another scale is not a source of rows: refused before anything runs
+    capsys.readouterr()
+    assert main([*argv, "--rows", "later", "--keep-page-rows", "--scale", "cpu"]) == 2
+    assert "holds table fair at scale full, not fair at cpu" in capsys.readouterr().err
+    assert page.read_text() == text  # the page as it was
+    assert main(["reproduce", str(spec), "--rows", "later", "--keep-page-rows", "--quiet"]) == 2
+    assert "add --page PATH" in capsys.readouterr().err
+
+
 def test_the_index_says_when_a_page_holds_only_some_rows(tmp_path):
     from fedhet.reproduce import write_index
 

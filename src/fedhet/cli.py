@@ -593,15 +593,17 @@ def reproduce_command(args: argparse.Namespace, table: str, scale: str) -> str:
         parts += ["--rows", item]
     for item in args.set:
         parts += ["--set", item]
-    parts += ["--page", args.page]
+    parts += ["--page", args.page] + (["--keep-page-rows"] if args.keep_page_rows else [])
     return shlex.join(parts)
 
 
 def cmd_reproduce(args: argparse.Namespace) -> int:
     from fedhet.engine.rounds import _jsonable
     from fedhet.reproduce import (
+        keep_page_rows,
         list_specs,
         load_spec,
+        read_page_rows,
         render_markdown,
         rows_without_data,
         run_spec,
@@ -619,6 +621,12 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
     console = _console(args)
     spec = load_spec(args.table)
     scale = spec.at_scale(args.scale)
+    kept = None
+    if args.keep_page_rows:  # read before running: a page of another table or scale stops here, not after
+        if not args.page:
+            raise ConfigError("--keep-page-rows keeps the rows of the page named by --page; add --page PATH")
+        if Path(args.page).is_file():
+            kept = read_page_rows(Path(args.page), spec, scale.name)
     overrides = list(args.set)
     if args.jobs > 1:
         from fedhet.comparison import default_threads
@@ -652,8 +660,16 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
         from fedhet.report.provenance import commit
 
         command = reproduce_command(args, spec.path.stem, scale.name)
+        page_results = keep_page_rows(spec, results, kept) if kept else results
         page = write_page(
-            spec, results, Path(args.page), scale=scale.name, command=command, commit=commit(), wall_s=wall
+            spec,
+            page_results,
+            Path(args.page),
+            scale=scale.name,
+            command=command,
+            commit=commit(),
+            wall_s=wall,
+            kept=kept,
         )
         if not args.quiet:
             console.print(f"result page written to {page}")
@@ -827,6 +843,12 @@ def build_parser() -> argparse.ArgumentParser:
         "hour per table (says what it cut); full: the papers' settings (default; some tables need a GPU)",
     )
     p.add_argument("--page", metavar="PATH", help="also write a result page (e.g. docs/results/NAME.md)")
+    p.add_argument(
+        "--keep-page-rows",
+        action="store_true",
+        help="keep the measured rows already on --page that this run leaves out (--rows), with their "
+        "commands, provenance and figures: a table measured a few rows at a time",
+    )
     p.add_argument(
         "--rows",
         action="append",

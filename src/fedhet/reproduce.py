@@ -523,6 +523,9 @@ def render_markdown(spec: Spec, results: list[dict[str, Any]], scale: str | None
         "|---|---|---|---|---|" + "---|" * len(methods),
     ]
     for r in results:
+        if r.get("kept"):  # measured earlier, kept from the page as it was (--keep-page-rows)
+            lines.append(r["kept"]["line"])
+            continue
         if not r["available"]:
             cells = [
                 (f"paper {v['paper'][0]:.2f}" if v.get("paper") else "—")
@@ -536,9 +539,13 @@ def render_markdown(spec: Spec, results: list[dict[str, Any]], scale: str | None
         name = r["row"] + (f" ({r['metric']})" if r.get("metric") and r["metric"] != spec.metric else "")
         shape = f"{r['rounds']} | {r.get('clients', '—')} | {len(r['seeds'])} | {r.get('model', '—')}"
         lines.append(f"| {name} | {shape} | " + " | ".join(cells) + " |")
-    noted = [r for r in results if r["available"] and r.get("note")]
+    noted = [
+        r["kept"]["note"] if r.get("kept") else f"- {r['row']}: {r['note']}"
+        for r in results
+        if (r.get("kept") or {}).get("note") or (r["available"] and r.get("note"))
+    ]
     if noted:
-        lines += [""] + [f"- {r['row']}: {r['note']}" for r in noted]
+        lines += [""] + noted
     if any(v.get("diverged") for r in results for v in r["methods"].values()):
         lines += [
             "",
@@ -553,7 +560,7 @@ def render_markdown(spec: Spec, results: list[dict[str, Any]], scale: str | None
         for r in results
         for v in r["methods"].values()
         if r["available"] and v.get("paper") and v.get("ours") is not None and math.isfinite(v["ours"])
-    ]
+    ] + [d for r in results if r.get("kept") for d in r["kept"]["diffs"]]  # kept rows: Δ as printed
     if diffs:
         lines += ["", f"Mean |Δ| over {len(diffs)} cells: {np.mean(np.abs(diffs)):.2f}."]
     lines += gates_section(spec, results)
@@ -875,9 +882,11 @@ def render_page(
     wall_s: float,
     machine: str,
     figures: list[tuple[str, str]],
+    kept: PageRows | None = None,
 ) -> str:
     """A result page: provenance, the paper-layout table (ours ± std / paper / Δ), figures, and the
-    verified causes of the gaps."""
+    verified causes of the gaps. With ``kept`` (the page as it was), rows kept from it keep their lines,
+    commands, provenance and figures."""
     table = render_markdown(spec, results, scale=scale).split("\n", 2)[2]  # without its "## title" line
     cells = cell_provenance(results)
     if cells["runs"]:
@@ -886,28 +895,40 @@ def render_page(
             if cells["commits"]
             else "not recorded (runs from before commits were)"
         )
+        ran = [f"`{r['row']}`" for r in results if r["available"] and r.get("run_dir")]
+        which = f" (rows {', '.join(ran)})" if any(r.get("kept") for r in results) else ""
         computed = (
-            f" Its {cells['runs']} runs took {cells['run_seconds'] / 60:.1f} min of compute together; they "
-            f"were computed at commit {made}."
+            f" Its {cells['runs']} runs{which} took {cells['run_seconds'] / 60:.1f} min of compute together; "
+            f"they were computed at commit {made}."
         )
     else:
         computed = ""
+    kept_rows = [r["row"] for r in results if r.get("kept")]
+    commands = [c for c in (kept.commands if kept and kept_rows else []) if c != command] + [command]
     lines = [
         PAGE_MARK.format(table=spec.path.stem, scale=scale, commit=commit, rows=rows_measured(results)),
         f"# {spec.title}",
         "",
-        "Regenerate every number on this page with:",
+        "Regenerate every number on this page with:"
+        if len(commands) == 1
+        else "Regenerate every number on this page with these commands, in this order (each measures the "
+        "rows it names; a later one keeps the rows already on the page, `--keep-page-rows`):",
         "",
         "```",
-        command,
+        *commands,
         "```",
         "",
         f"Page written at commit {commit}, scale **{scale}**, on {machine}; this invocation took "
         f"{wall_s / 60:.1f} min (runs already finished in the output directory are reused, not rerun)."
         f"{computed} Cells: ours as mean ± std over seeds / the paper's value / the difference.",
-        "",
-        table.rstrip(),
     ]
+    if kept and kept_rows:
+        names = ", ".join(f"`{name}`" for name in kept_rows)
+        lines += ["", f"{KEPT_PARAGRAPH} at commit {kept.commit}: {names}. {kept.provenance}".rstrip()]
+        for earlier in kept.earlier:  # what an earlier keeping said of rows still kept
+            if any(f"`{name}`" in earlier for name in kept_rows):
+                lines += ["", earlier]
+    lines += ["", table.rstrip()]
     for title, rel in figures:
         lines += ["", f"![{title}]({rel})"]
     lines += ["", "## Gaps and their causes", ""]
@@ -934,12 +955,18 @@ def write_page(
     command: str,
     commit: str,
     wall_s: float,
+    kept: PageRows | None = None,
 ) -> Path:
-    """Write ``page`` (and its figures beside it, in figures/) and refresh the index README.md there."""
+    """Write ``page`` (and its figures beside it, in figures/) and refresh the index README.md there.
+    With ``kept`` (rows kept from the page as it was), the new figures are named after the rows run now, so
+    the kept rows' figures stay beside them."""
     from fedhet.report.provenance import machine_line
 
     figures = []
     fig_dir = page.parent / "figures"
+    keeping = bool(kept) and any(r.get("kept") for r in results)
+    ran = [Path(r["run_dir"]).name for r in results if r["available"] and r.get("run_dir")]
+    tag = "-" + "+".join(dict.fromkeys(ran)) if keeping and ran else ""
     reward_table = spec.metric in REWARD_METRICS
     for title, fn, suffix in (
         ("the table's metric over rounds", metric_figure, "metric"),
@@ -948,9 +975,12 @@ def write_page(
         if reward_table
         else ("final contribution weights or rewards", weights_figure, "weights"),
     ):
-        made = fn(spec, results, fig_dir / f"{page.stem}-{suffix}.png")
+        made = fn(spec, results, fig_dir / f"{page.stem}-{suffix}{tag}.png")
         if made is not None:
-            figures.append((title, f"figures/{made.name}"))
+            figures.append((title + (f" (rows {', '.join(ran)})" if tag else ""), f"figures/{made.name}"))
+    if keeping:  # the kept rows' figures, where their files still are
+        new = {rel for _, rel in figures}
+        figures += [(t, rel) for t, rel in kept.figures if rel not in new and (page.parent / rel).is_file()]
     page.parent.mkdir(parents=True, exist_ok=True)
     page.write_text(
         render_page(
@@ -962,6 +992,7 @@ def write_page(
             wall_s=wall_s,
             machine=machine_line(),
             figures=figures,
+            kept=kept,
         )  # fmt: skip
     )
     write_index(page.parent)
@@ -969,11 +1000,94 @@ def write_page(
 
 
 def rows_measured(results: list[dict[str, Any]]) -> str:
-    """``k/n``: the rows this reproduction ran, of those that can run here (a row left out with ``--rows``
-    counts in n; a row whose data are not here does not)."""
-    ran = sum(1 for r in results if r["available"] and r.get("run_dir"))
-    left_out = sum(1 for r in results if not r["available"] and r.get("left_out"))
+    """``k/n``: the rows this page holds measured (run now or kept), of those that can run here (a row left
+    out with ``--rows`` counts in n; a row whose data are not here does not)."""
+    ran = sum(1 for r in results if (r["available"] and r.get("run_dir")) or r.get("kept"))
+    left_out = sum(1 for r in results if not r["available"] and r.get("left_out") and not r.get("kept"))
     return f"{ran}/{ran + left_out}"
+
+
+# --------------------------------------------------------------------------------------------------------
+# A table measured a few rows at a time: --keep-page-rows
+# --------------------------------------------------------------------------------------------------------
+#: How a page begins the paragraph on rows it kept from the page as it was.
+KEPT_PARAGRAPH = "Rows kept from the page as it was"
+
+
+@dataclass
+class PageRows:
+    """What a result page already holds, for the rows a new reproduction does not run (read back from the
+    page as :func:`render_page` wrote it)."""
+
+    commit: str  # the commit the page was written at
+    lines: dict[str, str]  # row label (its name, and its metric where the row has its own) -> table line
+    notes: dict[str, str]  # row name -> its "- row: note" line under the table
+    commands: list[str]  # the page's regenerating commands
+    provenance: str  # what the page said of the runs it ran ("Its N runs took ...")
+    earlier: list[str]  # its own paragraphs on rows it had kept
+    figures: list[tuple[str, str]]  # (title, path relative to the page)
+
+
+def row_label(spec: Spec, row: Row) -> str:
+    """A row's name as its table line prints it (with its metric where the row has its own)."""
+    return row.name + (f" ({row.metric})" if row.metric and row.metric != spec.metric else "")
+
+
+def read_page_rows(page: Path, spec: Spec, scale: str) -> PageRows:
+    """The measured rows of ``page``, a result page of ``spec`` at ``scale``, with their provenance."""
+    lines = page.read_text().splitlines()
+    mark = _PAGE_MARK.match(lines[0]) if lines else None
+    if mark is None:
+        raise ConfigError(
+            f"{page} is not a result page written by `fedhet reproduce --page` (its first line is not the "
+            "page mark); write it without --keep-page-rows, or give another --page"
+        )
+    if (mark.group(1), mark.group(2)) != (spec.path.stem, scale):
+        raise ConfigError(
+            f"{page} holds table {mark.group(1)} at scale {mark.group(2)}, not {spec.path.stem} at {scale}: "
+            "rows are kept only from a page of the same table and scale (give that page's --scale, or "
+            "another --page)"
+        )
+    body = lines[: lines.index("## Gaps and their causes")] if "## Gaps and their causes" in lines else lines
+    labels = {row_label(spec, row): row.name for row in spec.rows}
+    table = {
+        label: ln
+        for ln in body
+        for label in labels
+        if ln.startswith(f"| {label} | ") and "← not run" not in ln
+    }
+    notes = {name: ln for ln in body for name in labels.values() if ln.startswith(f"- {name}: ")}
+    fence = [i for i, ln in enumerate(body) if ln == "```"]
+    commands = body[fence[0] + 1 : fence[1]] if len(fence) >= 2 else []
+    written = next((ln for ln in body if ln.startswith("Page written at commit")), "")
+    ran = re.search(r"(Its \d+ runs? .*?took .*?\.)(?: Cells:|$)", written)
+    provenance = f"That page said of the runs it ran: {ran.group(1)}" if ran else ""
+    figures = [
+        (m.group(1), m.group(2)) for ln in body if (m := re.fullmatch(r"!\[(.*)\]\((figures/[^)]+)\)", ln))
+    ]
+    return PageRows(
+        commit=mark.group(3),
+        lines=table,
+        notes=notes,
+        commands=commands,
+        provenance=provenance,
+        earlier=[ln for ln in body if ln.startswith(KEPT_PARAGRAPH)],
+        figures=figures,
+    )
+
+
+def keep_page_rows(spec: Spec, results: list[dict[str, Any]], kept: PageRows) -> list[dict[str, Any]]:
+    """``results`` with every row this reproduction left out (``--rows``) and the page holds measured
+    taken from the page: its line as printed, its note and its differences to the paper (Δ as printed)."""
+    labels = {row.name: row_label(spec, row) for row in spec.rows}
+    out = []
+    for r in results:
+        line = kept.lines.get(labels.get(r["row"], ""))
+        if r.get("left_out") and line:
+            diffs = [float(d) for d in re.findall(r"Δ ([+-][0-9.]+)", line)]
+            r = {**r, "kept": {"line": line, "note": kept.notes.get(r["row"]), "diffs": diffs}}
+        out.append(r)
+    return out
 
 
 def write_index(pages_dir: Path) -> Path:
