@@ -273,17 +273,21 @@ class FedAvg(Strategy):
         weights equal an earlier client's this round takes its accuracy without a second pass (IAFL gives
         every client the same model: a tenth of the evaluation)."""
         accs: list[float] = []
-        seen: list[tuple[dict[str, Tensor], float]] = []  # (weights, accuracy) evaluated this call
+        # weights evaluated this call, bucketed by their tensors' sums (compared in full only within a
+        # bucket, so a thousand distinct rewards cost a thousand sums, not a million comparisons)
+        seen: dict[tuple[float, ...], list[tuple[dict[str, Tensor], float]]] = {}
         for cid in range(self.info.num_clients):
             m = self.reward_model(cid)
             if m is None:
                 accs.append(float("nan"))
                 continue
             state = m.state_dict()
-            acc = next((a for w, a in seen if all(torch.equal(w[k], state[k]) for k in state)), None)
+            sums = torch.stack([v.float().sum() for v in state.values()])  # integer buffers too (BatchNorm)
+            bucket = seen.setdefault(tuple(sums.tolist()), [])
+            acc = next((a for w, a in bucket if all(torch.equal(w[k], state[k]) for k in state)), None)
             if acc is None:
                 acc = accuracy_of(m, x, y, batch_size)
-                seen.append(({k: v.detach().clone() for k, v in state.items()}, acc))
+                bucket.append(({k: v.detach().clone() for k, v in state.items()}, acc))
             accs.append(acc)
         return accs if any(math.isfinite(a) for a in accs) else None
 
