@@ -219,12 +219,16 @@ def test_two_tables_share_a_rows_runs_through_its_folder(tmp_path, capsys):
         load_spec(str(second))
 
 
-def test_a_reward_metric_page_draws_the_metric_per_round_and_rewards_against_standalone(tmp_path):
-    cfg = tmp_path / "small.toml"
-    cfg.write_text(
+def _two_round_fairness_config(path: Path) -> None:
+    """A 2-round, 3-client Fashion-MNIST config that measures fairness (a reward table's row)."""
+    path.write_text(
         "[data]\ndataset = 'fashion-mnist'\nsplit = 'iid'\nclients = 3\nmax_train_samples = 900\n"
         "max_test_samples = 300\n[train]\nrounds = 2\n[eval]\nfairness = true\n"
     )
+
+
+def test_a_reward_metric_page_draws_the_metric_per_round_and_rewards_against_standalone(tmp_path):
+    _two_round_fairness_config(tmp_path / "small.toml")
     spec = tmp_path / "fair.toml"
     spec.write_text(
         "title = 'f'\nmetric = 'fairness_pearson'\nview = 'best'\nscale = 1\nseeds = 1\n"
@@ -246,11 +250,7 @@ def test_a_reward_metric_page_draws_the_metric_per_round_and_rewards_against_sta
 def test_a_table_measured_a_few_rows_at_a_time_keeps_the_rows_already_on_its_page(tmp_path, capsys):
     """--keep-page-rows: a second reproduction of other rows keeps the first one's rows on the page, each
     line as printed, with its command, provenance and figures; refused for a page of another scale."""
-    cfg = tmp_path / "small.toml"
-    cfg.write_text(
-        "[data]\ndataset = 'fashion-mnist'\nsplit = 'iid'\nclients = 3\nmax_train_samples = 900\n"
-        "max_test_samples = 300\n[train]\nrounds = 2\n[eval]\nfairness = true\n"
-    )
+    _two_round_fairness_config(tmp_path / "small.toml")
     spec = tmp_path / "fair.toml"
     spec.write_text(
         "title = 'f'\nmetric = 'fairness_pearson'\nview = 'best'\nscale = 1\nseeds = 1\n"
