@@ -292,6 +292,15 @@ def test_a_table_measured_a_few_rows_at_a_time_keeps_the_rows_already_on_its_pag
     ours = later["methods"]["fedavg"]["ours"]
     expected = (abs(kept_delta) + abs(ours - 80.0)) / 2
     assert f"Mean |Δ| over 2 cells: {expected:.2f}." in text
+    # The same command again (a page re-rendered after its gaps were written): the IID row is still kept,
+    # described once, by what the first page said of it, not by what the second said of `later`
+    assert main([*argv, "--rows", "later", "--keep-page-rows"]) == 0
+    again = page.read_text()
+    assert iid_line in again.splitlines()
+    kept_paragraphs = [ln for ln in again.splitlines() if ln.startswith("Rows kept from the page")]
+    assert len(kept_paragraphs) == 1 and "(rows `later`)" not in kept_paragraphs[0]
+    assert again.count("```") == 2 and len(again.split("```")[1].strip().splitlines()) == 2
+    text = again
     # A page of another scale is not a source of rows: refused before anything runs
     capsys.readouterr()
     assert main([*argv, "--rows", "later", "--keep-page-rows", "--scale", "cpu"]) == 2

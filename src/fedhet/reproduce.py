@@ -922,9 +922,11 @@ def render_page(
         f"{wall_s / 60:.1f} min (runs already finished in the output directory are reused, not rerun)."
         f"{computed} Cells: ours as mean ± std over seeds / the paper's value / the difference.",
     ]
-    if kept and kept_rows:
-        names = ", ".join(f"`{name}`" for name in kept_rows)
+    own = [name for name in kept_rows if kept and name in kept.ran]  # kept rows that page measured itself
+    if kept and own:
+        names = ", ".join(f"`{name}`" for name in own)
         lines += ["", f"{KEPT_PARAGRAPH} at commit {kept.commit}: {names}. {kept.provenance}".rstrip()]
+    if kept and kept_rows:
         for earlier in kept.earlier:  # what an earlier keeping said of rows still kept
             if any(f"`{name}`" in earlier for name in kept_rows):
                 lines += ["", earlier]
@@ -1024,6 +1026,7 @@ class PageRows:
     notes: dict[str, str]  # row name -> its "- row: note" line under the table
     commands: list[str]  # the page's regenerating commands
     provenance: str  # what the page said of the runs it ran ("Its N runs took ...")
+    ran: list[str]  # the rows those runs measured (the rest of its measured rows it had kept itself)
     earlier: list[str]  # its own paragraphs on rows it had kept
     figures: list[tuple[str, str]]  # (title, path relative to the page)
 
@@ -1062,6 +1065,13 @@ def read_page_rows(page: Path, spec: Spec, scale: str) -> PageRows:
     written = next((ln for ln in body if ln.startswith("Page written at commit")), "")
     ran = re.search(r"(Its \d+ runs? .*?took .*?\.)(?: Cells:|$)", written)
     provenance = f"That page said of the runs it ran: {ran.group(1)}" if ran else ""
+    earlier = [ln for ln in body if ln.startswith(KEPT_PARAGRAPH)]
+    named = re.search(r"runs \(rows (.*?)\) took", written)
+    if named:  # a page that kept rows names the rows its own runs measured
+        ran_rows = re.findall(r"`([^`]+)`", named.group(1))
+    else:  # an older page ran every measured row it did not keep
+        kept_earlier = {name for p in earlier for name in re.findall(r"`([^`]+)`", p.split(". ")[0])}
+        ran_rows = [labels[label] for label in table if labels[label] not in kept_earlier]
     figures = [
         (m.group(1), m.group(2)) for ln in body if (m := re.fullmatch(r"!\[(.*)\]\((figures/[^)]+)\)", ln))
     ]
@@ -1071,7 +1081,8 @@ def read_page_rows(page: Path, spec: Spec, scale: str) -> PageRows:
         notes=notes,
         commands=commands,
         provenance=provenance,
-        earlier=[ln for ln in body if ln.startswith(KEPT_PARAGRAPH)],
+        ran=ran_rows,
+        earlier=earlier,
         figures=figures,
     )
 
