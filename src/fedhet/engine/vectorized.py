@@ -94,7 +94,7 @@ def why_not_vectorized(trainer: Trainer, model: nn.Module, train: Any, faults: b
     if getattr(model, "maskable_units", 0) and mask_widths(model, kind) is None:
         return (
             "the model has submodel masks, which the vectorized path applies only to a masked plain ReLU "
-            "stack (mlp200) trained by FedAvg's trainer with engine gradients 'auto'"
+            "stack (mlp200) trained by FedAvg's or FedRS's loop with engine gradients 'auto'"
         )
     if faults:
         return "[faults] are injected (they act per client on the sequential path)"
