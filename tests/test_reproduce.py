@@ -53,7 +53,8 @@ def test_reproduce_runs_rows_and_reports_differences(tmp_path, capsys):
         "[[rows]]\nname = 'iid'\nconfig = 'small.toml'\npaper = { fedavg = '50.00 ± 1.00' }\n"
         "[[rows]]\nname = 'iid again'\nconfig = 'small.toml'\nmetric = 'balanced_accuracy'\n"
         "paper = { fedavg = 50.0 }\n"
-        "[[rows]]\nname = 'offline'\navailable = false\nnote = 'not here'\npaper = { fedavg = 61.0 }\n"
+        "[[rows]]\nname = 'offline'\navailable = false\nnote = 'not here'\nmetric = 'balanced_accuracy'\n"
+        "paper = { fedavg = 61.0 }\n"
         "[[rows]]\nname = 'svhn'\nconfig = 'small.toml'\nset = ['data.dataset=svhn']\n"
         "paper = { fedavg = 80.0 }\n"
     )
@@ -71,6 +72,9 @@ def test_reproduce_runs_rows_and_reports_differences(tmp_path, capsys):
     assert not offline["available"] and not svhn["available"] and "svhn" in svhn["note"]
     md = (out / "reproduce.md").read_text()
     assert f"Δ {ours - 50.0:+.2f}" in md and "not run" in md
+    # A row that does not run still prints its own metric, as a measured one does, so two rows of one name
+    # (a table's two metrics) stay told apart.
+    assert "| offline (balanced_accuracy) | — |" in md and "| iid again (balanced_accuracy) | 2 |" in md
     import csv
 
     with (out / "reproduce.csv").open() as handle:
@@ -80,6 +84,8 @@ def test_reproduce_runs_rows_and_reports_differences(tmp_path, capsys):
         ours - 50
     )
     assert lines[2]["ours"] == "" and float(lines[2]["paper"]) == 61.0
+    metrics = [line["metric"] for line in lines]
+    assert metrics == ["accuracy", "balanced_accuracy", "balanced_accuracy", "accuracy"]
 
 
 def test_method_params_of_a_table_and_a_row_reach_the_runs(tmp_path, capsys):

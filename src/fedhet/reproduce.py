@@ -416,6 +416,7 @@ def run_spec(
         note = row.note + (f" At the {scale} scale this row also sets {', '.join(own)}." if own else "")
         entry: dict[str, Any] = {
             "row": row.name,
+            "metric": row.metric or spec.metric,
             "available": row.available,
             "note": note.strip(),
             "methods": {},
@@ -464,9 +465,8 @@ def run_spec(
             }
         )
         key_mean, key_std = VIEW_KEYS[spec.view]
-        metric = row.metric or spec.metric
+        metric = entry["metric"]
         factor = row.scale if row.scale is not None else spec.scale
-        entry["metric"] = metric
         for m in wanted:
             mean = agg[m][key_mean].get(metric)
             std = agg[m][key_std].get(metric)
@@ -526,17 +526,15 @@ def render_markdown(spec: Spec, results: list[dict[str, Any]], scale: str | None
         if r.get("kept"):  # measured earlier, kept from the page as it was (--keep-page-rows)
             lines.append(r["kept"]["line"])
             continue
+        name = r["row"] + (f" ({r['metric']})" if r.get("metric") and r["metric"] != spec.metric else "")
         if not r["available"]:
             cells = [
                 (f"paper {v['paper'][0]:.2f}" if v.get("paper") else "—")
                 for v in (r["methods"].get(m, {}) for m in methods)
             ]
-            lines.append(
-                f"| {r['row']} | — | — | — | — | " + " | ".join(cells) + f" |  ← not run: {r['note']}"
-            )
+            lines.append(f"| {name} | — | — | — | — | " + " | ".join(cells) + f" |  ← not run: {r['note']}")
             continue
         cells = [_cell(r["methods"].get(m, {}), len(r["seeds"])) for m in methods]
-        name = r["row"] + (f" ({r['metric']})" if r.get("metric") and r["metric"] != spec.metric else "")
         shape = f"{r['rounds']} | {r.get('clients', '—')} | {len(r['seeds'])} | {r.get('model', '—')}"
         lines.append(f"| {name} | {shape} | " + " | ".join(cells) + " |")
     noted = [
