@@ -526,7 +526,7 @@ def render_markdown(spec: Spec, results: list[dict[str, Any]], scale: str | None
         if r.get("kept"):  # measured earlier, kept from the page as it was (--keep-page-rows)
             lines.append(r["kept"]["line"])
             continue
-        name = r["row"] + (f" ({r['metric']})" if r.get("metric") and r["metric"] != spec.metric else "")
+        name = labelled(spec, r["row"], r.get("metric") or spec.metric)
         if not r["available"]:
             cells = [
                 (f"paper {v['paper'][0]:.2f}" if v.get("paper") else "—")
@@ -1029,9 +1029,14 @@ class PageRows:
     figures: list[tuple[str, str]]  # (title, path relative to the page)
 
 
+def labelled(spec: Spec, name: str, metric: str) -> str:
+    """A row's name as its table line prints it: with its metric where that is not the table's."""
+    return name + (f" ({metric})" if metric != spec.metric else "")
+
+
 def row_label(spec: Spec, row: Row) -> str:
-    """A row's name as its table line prints it (with its metric where the row has its own)."""
-    return row.name + (f" ({row.metric})" if row.metric and row.metric != spec.metric else "")
+    """The label ``render_markdown`` prints for ``row`` (how a kept row is found on a page)."""
+    return labelled(spec, row.name, row.metric or spec.metric)
 
 
 def read_page_rows(page: Path, spec: Spec, scale: str) -> PageRows:
