@@ -210,3 +210,38 @@ def test_the_closed_form_relu_stack_step_equals_autograd_member_by_member():
             torch.testing.assert_close(new_w, weight - 0.3 * gw, atol=1e-6, rtol=1e-6)
             torch.testing.assert_close(new_b, bias - 0.3 * gb, atol=1e-6, rtol=1e-6)
             assert torch.equal(new_w[2], weight[2]) and torch.equal(new_b[2], bias[2])
+
+
+def test_the_engine_reads_a_trainers_declared_form_and_refuses_an_overridden_hook_by_name():
+    """A trainer vectorizes by the functional form its class declares (``Trainer.functional_form``), only
+    while it keeps the declaring class's training hooks; the refusal names the hook that was overridden."""
+    from fedhet.algorithms.fedavg import SGDTrainer
+    from fedhet.algorithms.fedrs import FedRSTrainer
+
+    class DoubledLoss(SGDTrainer):
+        def loss(self, u, batch):
+            return 2.0 * super().loss(u, batch)
+
+    class Redeclared(FedRSTrainer):  # declares the form it inherits, hooks unchanged
+        functional_form = "restricted"
+
+    class OptedOut(SGDTrainer):
+        functional_form = None
+
+    class OwnReply(SGDTrainer):
+        def finish(self, u, metrics):
+            return super().finish(u, metrics)
+
+    model, train = torch.nn.Linear(4, 3), ExperimentConfig().train
+    reason = vectorized.why_not_vectorized(DoubledLoss(), model, train)
+    assert reason is not None
+    assert "DoubledLoss has hooks the vectorized path cannot honour" in reason
+    assert "overrides `loss` below SGDTrainer's declared 'plain' form" in reason
+    assert vectorized.trainer_kind(DoubledLoss()) is None
+    assert vectorized.why_not_vectorized(Redeclared(), model, train) is None
+    assert vectorized.trainer_kind(Redeclared()) == "restricted"
+    assert "OptedOut declares no functional form" in vectorized.why_not_vectorized(OptedOut(), model, train)
+    # the plain-reply shortcut holds only for the declaring class's own finish
+    assert vectorized.replies_trained_weights(SGDTrainer())
+    assert vectorized.replies_trained_weights(Redeclared())
+    assert not vectorized.replies_trained_weights(OwnReply())

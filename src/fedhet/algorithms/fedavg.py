@@ -47,6 +47,9 @@ class SGDTrainer(Trainer):
     client keeps, as ``Instruction.config['keep']`` says).
     """
 
+    functional_form = "plain"  # the vectorized engine's cross-entropy SGD (engine/vectorized.py)
+    finish_replies_trained_weights = True
+
     def prepare(self, u: LocalUpdate) -> None:
         """Called once before local training (e.g. freeze a copy of the global model into ``u.scratch``)."""
 

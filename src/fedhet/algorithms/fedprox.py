@@ -58,6 +58,8 @@ class ProximalMixin:
 class FedProxTrainer(ProximalMixin, SGDTrainer):
     """Supervised SGD with the proximal term."""
 
+    functional_form = "proximal"  # μ from u.scratch.proximal_mu, the reference = the start weights
+
 
 class FedProxLabeledTrainer(ProximalMixin, LabeledOnlyTrainer):
     """The labeled-only trainer (labeled samples, weak view) with the proximal term."""

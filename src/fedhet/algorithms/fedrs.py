@@ -75,6 +75,8 @@ class FedRSTrainer(SGDTrainer):
     counts from the client's own data; the scales are fixed once per local update.
     """
 
+    functional_form = "restricted"  # the logits scaled by u.scratch.fedrs_scales
+
     def prepare(self, u: LocalUpdate) -> None:
         super().prepare(u)
         missing = [k for k in (ALPHA_KEY, SCALING_KEY) if k not in u.config]

@@ -8,7 +8,8 @@ describe exchange). A client sees its instruction, its own :class:`ClientState` 
 embedded simulation (``fedhet.engine.simulation``) and over Flower's Message API.
 
 This module holds messages and interfaces and nothing else; the client-side entry is
-``fedhet.engine.client.run_client``, the SGD trainer and FedAvg are in ``fedhet.algorithms.fedavg``.
+``fedhet.engine.client.run_client``; the SGD trainer and FedAvg, the bases every method extends, sit a
+layer above, in the algorithms package (``algorithms/fedavg.py``).
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from types import SimpleNamespace
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 import torch
@@ -171,12 +172,31 @@ class LocalUpdate:
 # --------------------------------------------------------------------------------------------------------
 # Interfaces
 # --------------------------------------------------------------------------------------------------------
+#: The hooks of a trainer's training loop: a :attr:`Trainer.functional_form` holds for a class only while it
+#: keeps all of them from the class that declared the form. Its other hooks (``num_steps``, ``num_examples``,
+#: ``finish``, ``kept_weights``) the vectorized engine calls as the sequential loop calls them.
+TRAINING_HOOKS = ("fit", "prepare", "make_optimizer", "batches", "loss")
+
+#: The functional forms the vectorized engine computes (``fedhet.engine.vectorized``): "plain" (cross-entropy
+#: SGD), "proximal" (+ μ/2‖w − w_g‖², μ in ``u.scratch.proximal_mu``) and "restricted" (cross-entropy of
+#: the logits scaled by ``u.scratch.fedrs_scales``), each after the trainer's own ``prepare``.
+FUNCTIONAL_FORMS = ("plain", "proximal", "restricted")
+
+
 class Trainer(ABC):
-    """Client side of a method: a local update from an instruction (``fedhet.algorithms.fedavg.SGDTrainer``
-    is the base every method extends)."""
+    """Client side of a method: a local update from an instruction (the SGD trainer in
+    ``algorithms/fedavg.py`` is the base every method extends)."""
 
     #: True when the trainer wants raw [0, 1] inputs and a ``normalize`` function (augmenting trainers).
     needs_raw_inputs: bool = False
+    #: The form of this class's training loop (one of :data:`FUNCTIONAL_FORMS`), declared by the class that
+    #: implements it; it holds for a subclass only while the subclass keeps that class's
+    #: :data:`TRAINING_HOOKS`. None: no form (``engine.mode = "vectorized"`` refuses it, "auto" trains it
+    #: sequentially).
+    functional_form: ClassVar[str | None] = None
+    #: True on a class whose ``finish`` replies exactly the trained weights, ``num_examples(data)`` and the
+    #: metrics; it holds for a subclass only while the subclass keeps that class's ``finish``.
+    finish_replies_trained_weights: ClassVar[bool] = False
 
     def num_examples(self, data: ClientData) -> int:
         """The sample count this client reports (FedAvg's n_i): its labeled samples by default."""
@@ -194,7 +214,7 @@ class Trainer(ABC):
 
 
 class Strategy(ABC):
-    """Server side of a method (``fedhet.algorithms.fedavg.FedAvg`` is the base every method extends).
+    """Server side of a method (FedAvg in ``algorithms/fedavg.py`` is the base every method extends).
 
     Per round the engine calls :meth:`configure`, sends the instructions, and passes the validated replies
     (client-id order) to :meth:`before_aggregate`, :meth:`aggregate` and :meth:`after_aggregate`.

@@ -9,12 +9,12 @@ an epoch is padded and masked out of its mean loss, and a client that has taken 
 of the update. Results equal the sequential engine's up to float reassociation (a tested tolerance).
 
 Only what the functional path can honour runs here (:func:`why_not_vectorized` names the reason otherwise):
-the trainers of FedAvg (``SGDTrainer``), FedProx (proximal term) and FedRS (restricted softmax), and any
-trainer that keeps one of their training loops (:data:`TRAINING_HOOKS`; the own-model trainer of CFFL,
-IAFL, CGSV and ShapFed changes only its step count and its reply), SGD without Adam, models without
-BatchNorm, no injected training faults. Submodel masks (FedRAC, FedSAC: each client
-trains its own submodel of ``mlp200``) are honoured on the closed-form ReLU-stack path: each member's mask
-multiplies its hidden activations, as ``MaskedMLP``'s mask points do.
+a trainer whose class declares a functional form (``Trainer.functional_form``: FedAvg's "plain", FedProx's
+"proximal", FedRS's "restricted") and keeps the training hooks of the class that declared it
+(``TRAINING_HOOKS``; the own-model trainer of CFFL, IAFL, CGSV and ShapFed changes only its step count and
+its reply), SGD without Adam, models without BatchNorm, no injected training faults. Submodel masks (FedRAC,
+FedSAC: each client trains its own submodel of ``mlp200``) are honoured on the closed-form ReLU-stack path:
+each member's mask multiplies its hidden activations, as ``MaskedMLP``'s mask points do.
 """
 
 from __future__ import annotations
@@ -34,8 +34,10 @@ from torch.func import functional_call, grad, vmap
 from fedhet.engine.client import start_weights
 from fedhet.engine.protocol import (
     ACTION_KEY,
+    FUNCTIONAL_FORMS,
     KEEP_KEY,
     LR_KEY,
+    TRAINING_HOOKS,
     ClientData,
     ClientState,
     Instruction,
@@ -57,36 +59,57 @@ GROUP_SIZE = int(os.environ.get("FEDHET_VECTOR_GROUP", "64"))
 GRADIENTS = os.environ.get("FEDHET_VECTOR_GRADIENTS", "auto")
 
 
-#: The hooks of a trainer's training loop. A trainer that keeps all of them from one of the supported
-#: trainers trains here; its other hooks (``num_steps``, ``num_examples``, ``finish``, ``kept_weights``) are
-#: called as the sequential loop calls them (the own-model trainer of CFFL/IAFL/CGSV/ShapFed, for one).
-TRAINING_HOOKS = ("fit", "prepare", "make_optimizer", "batches", "loss")
+def declaring_class(cls: type, attribute: str) -> type | None:
+    """The class in ``cls``'s MRO whose own body sets ``attribute``: the declaration ``cls`` inherits."""
+    return next((klass for klass in cls.__mro__ if attribute in vars(klass)), None)
+
+
+def _form(trainer: Trainer) -> tuple[str | None, str | None]:
+    """(the trainer's functional form, None) when its declaration holds, else (None, why not)."""
+    cls = type(trainer)
+    owner = declaring_class(cls, "functional_form")
+    form = None if owner is None else owner.functional_form
+    if form is None:
+        return None, (
+            f"its trainer {cls.__name__} declares no functional form (Trainer.functional_form, one of "
+            f"{', '.join(map(repr, FUNCTIONAL_FORMS))})"
+        )
+    if form not in FUNCTIONAL_FORMS:
+        return None, (
+            f"its trainer {cls.__name__} declares the functional form {form!r}; the vectorized path computes "
+            f"{', '.join(map(repr, FUNCTIONAL_FORMS))}"
+        )
+    overridden = [hook for hook in TRAINING_HOOKS if getattr(cls, hook) is not getattr(owner, hook)]
+    if overridden:
+        return None, (
+            f"its trainer {cls.__name__} has hooks the vectorized path cannot honour: it overrides "
+            f"{', '.join(f'`{hook}`' for hook in overridden)} below {owner.__name__}'s declared {form!r} form"
+        )
+    return form, None
 
 
 def trainer_kind(trainer: Trainer) -> str | None:
-    """ "plain" (FedAvg's loop), "proximal" (FedProx's) or "restricted" (FedRS's) for a trainer whose
-    training hooks are exactly one of those trainers', else None."""
-    from fedhet.algorithms.fedavg import SGDTrainer
-    from fedhet.algorithms.fedprox import FedProxTrainer
-    from fedhet.algorithms.fedrs import FedRSTrainer
+    """The trainer's declared functional form ("plain", "proximal" or "restricted") when its class keeps
+    every training hook (``TRAINING_HOOKS``) of the class that declared it, else None."""
+    return _form(trainer)[0]
 
-    cls = type(trainer)
-    for base, kind in ((FedProxTrainer, "proximal"), (FedRSTrainer, "restricted"), (SGDTrainer, "plain")):
-        if issubclass(cls, base) and all(
-            getattr(cls, hook) is getattr(base, hook) for hook in TRAINING_HOOKS
-        ):
-            return kind
-    return None
+
+def replies_trained_weights(trainer: Trainer) -> bool:
+    """Whether the trainer's ``finish`` is that of a class declaring ``finish_replies_trained_weights``
+    (its reply: exactly the trained weights, ``num_examples`` and the metrics)."""
+    owner = declaring_class(type(trainer), "finish_replies_trained_weights")
+    return (
+        owner is not None
+        and bool(owner.finish_replies_trained_weights)
+        and type(trainer).finish is owner.finish
+    )
 
 
 def why_not_vectorized(trainer: Trainer, model: nn.Module, train: Any, faults: bool = False) -> str | None:
     """None when this run's local training can be vectorized, else the reason (for the user)."""
-    kind = trainer_kind(trainer)
+    kind, refusal = _form(trainer)
     if kind is None:
-        return (
-            f"its trainer {type(trainer).__name__} has hooks the vectorized path cannot honour (supported: "
-            f"trainers whose {', '.join(TRAINING_HOOKS)} are those of FedAvg, FedProx or FedRS)"
-        )
+        return refusal
     if train.optimizer != "sgd":
         return f"train.optimizer = {train.optimizer!r} (the vectorized path implements SGD)"
     if any(isinstance(m, nn.modules.batchnorm._BatchNorm) for m in model.modules()):
@@ -221,9 +244,8 @@ def train_group(
     Every client's context shares one work model (the transport's); the caller has checked
     :func:`why_not_vectorized`. A client with no data or no steps replies as the sequential trainer does.
     """
-    from fedhet.algorithms.fedavg import SGDTrainer
-
     kind = trainer_kind(trainer)
+    plain_reply = replies_trained_weights(trainer)
     ids = sorted(instructions)
     model = contexts[ids[0]].model
     keys = list(model.state_dict().keys())
@@ -236,7 +258,7 @@ def train_group(
         state = ClientState(weights=states[cid].weights, values=dict(states[cid].values))
         u = LocalUpdate(model=model, data=datas[cid], instruction=ins, state=state, context=ctx, start=start)
         u.scratch = SimpleNamespace()
-        if kind != "plain":  # FedRS: the client's logit scales; FedProx: μ (SGDTrainer.prepare does nothing)
+        if kind != "plain":  # FedRS: the client's logit scales; FedProx: μ (plain: prepare does nothing)
             model.load_state_dict(start)
             trainer.prepare(u)
         scale = getattr(u.scratch, "fedrs_scales", None) if kind == "restricted" else None
@@ -255,8 +277,8 @@ def train_group(
     for member, (weights, loss_sum, steps) in zip(members, trained, strict=True):
         u = member.update
         metrics = {"train_loss": loss_sum / steps if steps else float("nan"), "steps": float(steps)}
-        if u.config.get(KEEP_KEY, "none") == "none" and type(trainer).finish is SGDTrainer.finish:
-            # SGDTrainer.finish's reply, without loading each client's weights into the work model first
+        if u.config.get(KEEP_KEY, "none") == "none" and plain_reply:
+            # the declared finish's reply, without loading each client's weights into the work model first
             reply = Reply(
                 weights=clone_weights(weights), num_examples=trainer.num_examples(u.data), metrics=metrics
             )
