@@ -221,7 +221,7 @@ BENCHES = (
         "FSSL statistics are summed on the device, ProxyFL's class counts use `index_add_`, and what the CPU "
         "generators draw (batch permutations, augmentation parameters, so that a seed gives the same "
         "batches and views on every device) is copied through pinned memory without a sync "
-        "(src/fedhet/engine/transfer.py); evaluation runs batched under `torch.inference_mode`; data and "
+        "(src/fedhet/devices.py); evaluation runs batched under `torch.inference_mode`; data and "
         "models stay on the device; CELM's probes and FedRAC's candidates run batched on the model's "
         "device; FedProto's prototype term weights its samples instead of selecting them by boolean masks "
         "and keeps its sums on the device until the reply; the vectorized engine maps its CPU-drawn batch "

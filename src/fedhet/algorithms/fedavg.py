@@ -18,6 +18,7 @@ import torch
 from torch import Tensor, nn
 
 from fedhet.algorithms.params import check_choice
+from fedhet.devices import to_device
 from fedhet.engine.evaluation import accuracy_of
 from fedhet.engine.protocol import (
     KEEP_CHOICES,
@@ -31,7 +32,6 @@ from fedhet.engine.protocol import (
     Trainer,
     Weights,
 )
-from fedhet.engine.transfer import to_device
 from fedhet.engine.weights import clone_weights
 from fedhet.errors import ConfigError, ProtocolError
 

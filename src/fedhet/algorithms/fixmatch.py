@@ -42,8 +42,8 @@ from torch import Tensor
 from fedhet.algorithms.fedavg import FedAvg, SGDTrainer
 from fedhet.algorithms.params import check_choice, check_flag, check_integer, check_number, is_finite_number
 from fedhet.data.augment import Augmenter
+from fedhet.devices import to_device
 from fedhet.engine.protocol import ClientData, ConfigValue, Instruction, LocalUpdate, Reply, Trainer
-from fedhet.engine.transfer import to_device
 from fedhet.engine.weights import clone_weights
 from fedhet.errors import ConfigError
 

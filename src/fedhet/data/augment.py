@@ -44,7 +44,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from fedhet.engine.transfer import to_device
+from fedhet.devices import to_device
 from fedhet.errors import ConfigError
 
 __all__ = [

@@ -31,6 +31,7 @@ import torch
 from torch import Tensor, nn
 from torch.func import functional_call, grad, vmap
 
+from fedhet.devices import to_device
 from fedhet.engine.client import start_weights
 from fedhet.engine.protocol import (
     ACTION_KEY,
@@ -46,7 +47,6 @@ from fedhet.engine.protocol import (
     TrainContext,
     Trainer,
 )
-from fedhet.engine.transfer import to_device
 from fedhet.engine.weights import clone_weights
 from fedhet.models.mlp import stacked_relu_inputs
 

@@ -5,6 +5,8 @@ A plain ``cpu_tensor.to("cuda")`` is a blocking copy: the host waits for the dev
 queued before it (a host sync, every step). From pinned memory the copy is queued like a kernel; PyTorch's
 pinned-memory cache keeps the source alive until the copy has run. Randomness stays on the CPU generators,
 so a seed gives the same batches and views on every device.
+
+A ground-floor module (it imports only torch): data/ (augmentation), engine/ and algorithms/ all use it.
 """
 
 from __future__ import annotations
