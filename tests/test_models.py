@@ -16,7 +16,7 @@ from torch.func import functional_call, grad, stack_module_state, vmap
 
 from fedhet.errors import ConfigError
 from fedhet.models import MODELS, FedModel, build_model, masked_logits
-from fedhet.models import registry as registry_module
+from fedhet.models import base as base_module
 from fedhet.models.masks import UnitMask, nested_prefix_masks, prefix_mask, random_mask, unit_groups
 from fedhet.models.registry import count_parameters
 
@@ -239,7 +239,7 @@ def test_masked_logits_mlp200_fast_path_equals_loop(monkeypatch: pytest.MonkeyPa
         expected = _loop_logits(model, x, masks)
         fast = masked_logits(model, x, masks)
         # A tiny element budget forces one mask per chunk: chunking must not change the result.
-        monkeypatch.setattr(registry_module, "_FAST_PATH_ELEMENTS", 1)
+        monkeypatch.setattr(base_module, "_FAST_PATH_ELEMENTS", 1)
         chunked = masked_logits(model, x, masks)
     assert fast.shape == (7, 7, 10)
     torch.testing.assert_close(fast, expected, rtol=0, atol=1e-5)

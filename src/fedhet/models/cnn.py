@@ -6,7 +6,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from fedhet.errors import ConfigError
-from fedhet.models.registry import FedModel, check_model_args
+from fedhet.models.base import FedModel, check_model_args
 
 
 def _flat_side(side: int) -> int:

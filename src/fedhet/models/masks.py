@@ -15,7 +15,7 @@ from torch import Tensor, nn
 from fedhet.errors import ConfigError
 
 if TYPE_CHECKING:
-    from fedhet.models.registry import FedModel
+    from fedhet.models.base import FedModel
 
 
 class UnitMask(nn.Module):

@@ -14,8 +14,8 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from fedhet.errors import ConfigError
+from fedhet.models.base import FedModel, check_model_args, fast_path_chunk
 from fedhet.models.masks import UnitMask
-from fedhet.models.registry import FedModel, check_model_args, fast_path_chunk
 
 
 def _positive_int(name: str, value: object) -> int:

@@ -1,122 +1,35 @@
-"""The model zoo: the ``FedModel`` base class, the registry of named models and ``build_model``.
+"""The model zoo: the registry of named models, ``build_model`` and the model contract methods check.
 
 Every model splits into a backbone ``features(x) -> (B, D)`` and a Linear classifier ``head``
-(methods.md §1.1: CELM keeps the head local during warm-up; §2.3: ProxyFL's proxies are the head's rows).
+(methods.md §1.1: CELM keeps the head local during warm-up; §2.3: ProxyFL's proxies are the head's rows);
+the base class ``FedModel`` lives in ``fedhet.models.base`` (imported here too).
 """
 
 from __future__ import annotations
 
 import inspect
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 
 import torch
 from torch import Tensor, nn
 
 from fedhet.errors import ConfigError
-from fedhet.models.masks import UnitMask
+from fedhet.models.base import FedModel, check_model_args
+from fedhet.models.cnn import CNN
+from fedhet.models.mlp import MLP, MaskedMLP
+from fedhet.models.resnet import ResNet8, ResNet18GN
 
-# Bounds the (masks x batch x hidden) activations one chunk of the mlp200 fast path holds (~128 MiB fp32).
-_FAST_PATH_ELEMENTS = 1 << 25
-
-
-def check_model_args(input_shape: Sequence[int], num_classes: int) -> tuple[int, int, int]:
-    """Validate a model's ``input_shape`` (C, H, W) and ``num_classes``; return the shape as a tuple."""
-    shape = tuple(input_shape) if isinstance(input_shape, Sequence) else ()
-    if len(shape) != 3 or any(isinstance(d, bool) or not isinstance(d, int) or d < 1 for d in shape):
-        raise ConfigError(
-            f"input_shape must be three positive ints (channels, height, width), got {input_shape!r}; "
-            "e.g. (1, 28, 28) for Fashion-MNIST or (3, 32, 32) for CIFAR-10"
-        )
-    if isinstance(num_classes, bool) or not isinstance(num_classes, int) or num_classes < 1:
-        raise ConfigError(f"num_classes must be a positive int, got {num_classes!r}")
-    return shape  # type: ignore[return-value]
-
-
-class FedModel(nn.Module):
-    """Base of every fedhet model: ``features(x)`` (B, D) then a Linear classifier named ``head``.
-
-    Submodel masks (FedRAC/FedSAC) are 0/1 vectors of length ``maskable_units`` (K) applied at the model's
-    ``UnitMask`` points in registration order; they are never part of ``state_dict``.
-    """
-
-    head: nn.Linear
-    head_prefix: str = "head"
-    maskable_units: int = 0
-
-    def features(self, x: Tensor) -> Tensor:
-        """Backbone output (B, D), the input of ``head``."""
-        raise NotImplementedError(f"{type(self).__name__} must implement features(x)")
-
-    def forward(self, x: Tensor) -> Tensor:
-        """Logits (B, C) = head(features(x))."""
-        return self.head(self.features(x))
-
-    def mask_points(self) -> list[tuple[str, UnitMask]]:
-        """The model's mask points (qualified module name, module), in K order."""
-        return [(name, module) for name, module in self.named_modules() if isinstance(module, UnitMask)]
-
-    def check_mask(self, mask: Tensor) -> Tensor:
-        """Validate one mask of shape (K,) with 0/1 values (float or bool); return it as float32."""
-        if self.maskable_units == 0:
-            raise ConfigError(
-                f"model {type(self).__name__} has no maskable units; use mlp200 or resnet18gn for submodels"
-            )
-        if not isinstance(mask, Tensor) or mask.shape != (self.maskable_units,):
-            shape = tuple(mask.shape) if isinstance(mask, Tensor) else type(mask).__name__
-            raise ConfigError(
-                f"mask must be a tensor of shape ({self.maskable_units},) for {type(self).__name__}, "
-                f"got {shape}"
-            )
-        if not bool(((mask == 0) | (mask == 1)).all()):
-            raise ConfigError("mask values must be 0 or 1 (a unit is either in the submodel or not)")
-        return mask.to(torch.float32)
-
-    def set_mask(self, mask: Tensor | None) -> None:
-        """Restrict the model to the submodel ``mask`` (K,) 0/1; ``None`` restores the full model."""
-        self._assign_mask(None if mask is None else self.check_mask(mask))
-
-    def get_mask(self) -> Tensor | None:
-        """The current mask (K,) as float32, or ``None`` when the full model is active."""
-        parts = [point.mask for _, point in self.mask_points()]
-        if not parts or parts[0] is None:
-            return None
-        return torch.cat([part.to(parts[0].device) for part in parts])
-
-    def _assign_mask(self, mask: Tensor | None) -> None:
-        points = self.mask_points()
-        if mask is None:
-            for _, point in points:
-                point.mask = None
-            return
-        # Keep the mask beside the weights so forward does not copy it to the device on every call.
-        weight = next(self.parameters(), None)
-        if weight is not None:
-            mask = mask.to(device=weight.device)
-        for (_, point), part in zip(points, torch.split(mask, [p.size for _, p in points]), strict=True):
-            point.mask = part
-
-    def masked_forward(self, x: Tensor, masks: Tensor) -> Tensor:
-        """Logits (M, B, C) under each of the checked masks (M, K); the generic path loops over masks."""
-        previous = self.get_mask()
-        try:
-            outputs = []
-            for mask in masks:
-                self._assign_mask(mask)
-                outputs.append(self(x))
-            return torch.stack(outputs)
-        finally:
-            self._assign_mask(previous)
-
-    def head_keys(self) -> list[str]:
-        """``state_dict`` keys of the classifier (those starting with ``head_prefix + '.'``)."""
-        prefix = self.head_prefix + "."
-        return [key for key in self.state_dict() if key.startswith(prefix)]
-
-    def backbone_keys(self) -> list[str]:
-        """``state_dict`` keys outside the classifier (everything CELM sends during warm-up)."""
-        prefix = self.head_prefix + "."
-        return [key for key in self.state_dict() if not key.startswith(prefix)]
+#: The built-in models by name (``model.name``); :func:`register` adds to it.
+MODELS: dict[str, Callable[..., FedModel]] = {
+    "mlp": MLP,
+    "cnn": CNN,
+    "mlp200": MaskedMLP,
+    "resnet8": ResNet8,
+    "resnet18gn": ResNet18GN,
+}
+#: Names added with :func:`register` (their output is checked when built).
+USER_MODELS: set[str] = set()
 
 
 def masked_logits(model: FedModel, x: Tensor, masks: Tensor) -> Tensor:
@@ -135,11 +48,6 @@ def masked_logits(model: FedModel, x: Tensor, masks: Tensor) -> Tensor:
     if not bool(((masks == 0) | (masks == 1)).all()):
         raise ConfigError("mask values must be 0 or 1")
     return model.masked_forward(x, masks.to(torch.float32))
-
-
-def fast_path_chunk(batch: int, width: int) -> int:
-    """How many masks one chunk of a batched masked forward may hold for a (batch, width) activation."""
-    return max(1, _FAST_PATH_ELEMENTS // max(1, batch * width))
 
 
 def _accepted_params(builder: Callable[..., FedModel]) -> list[str]:
@@ -258,19 +166,3 @@ def build_model(name: str, input_shape: tuple[int, int, int], num_classes: int, 
 def count_parameters(model: nn.Module) -> int:
     """Number of trainable scalars (the parameter count papers report)."""
     return sum(math.prod(p.shape) for p in model.parameters() if p.requires_grad)
-
-
-# The model modules import FedModel from this module, so they can only be imported once it is defined.
-from fedhet.models.cnn import CNN  # noqa: E402
-from fedhet.models.mlp import MLP, MaskedMLP  # noqa: E402
-from fedhet.models.resnet import ResNet8, ResNet18GN  # noqa: E402
-
-MODELS: dict[str, Callable[..., FedModel]] = {
-    "mlp": MLP,
-    "cnn": CNN,
-    "mlp200": MaskedMLP,
-    "resnet8": ResNet8,
-    "resnet18gn": ResNet18GN,
-}
-#: Names added with :func:`register` (their output is checked when built).
-USER_MODELS: set[str] = set()

@@ -13,8 +13,8 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from fedhet.errors import ConfigError
+from fedhet.models.base import FedModel, check_model_args
 from fedhet.models.masks import UnitMask
-from fedhet.models.registry import FedModel, check_model_args
 
 NormFactory = Callable[[int], nn.Module]
 
