@@ -1,13 +1,13 @@
 # fedhet — one command sets up everything on a fresh machine.
 #   make demo   set up, then run the main comparison on real data (a few minutes on 2 cores)
-#   make test   set up, then run the test suite
+#   make test   set up, then run the test suite (and the numeric tests again under other kernels)
 PYTHON ?= python3
 VENV   ?= .venv
 PY      = $(VENV)/bin/python
 STAMP   = $(VENV)/.fedhet-installed
 FMNIST  = /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz
 
-.PHONY: setup test demo bench lint mutation clean data
+.PHONY: setup test test-numerics demo bench lint mutation clean data
 
 setup: $(STAMP) data
 
@@ -32,6 +32,17 @@ data:
 
 test: setup
 	$(PY) -m pytest tests
+	@$(MAKE) --no-print-directory test-numerics
+
+# The numeric-equivalence tests (marker `numerics`: two implementations within a justified tolerance, or one
+# code path run twice bit for bit) once more under other kernels, thread counts and denormal handling, so a
+# test that holds only on one CPU's default kernels fails on the developer's machine, not on a user's.
+NUMERICS = $(PY) -m pytest tests -m numerics -p no:cacheprovider
+test-numerics: setup
+	ATEN_CPU_CAPABILITY=default $(NUMERICS)
+	FEDHET_TEST_THREADS=2 OMP_NUM_THREADS=2 $(NUMERICS)
+	FEDHET_TEST_FLUSH_DENORMAL=1 $(NUMERICS)
+	ATEN_CPU_CAPABILITY=avx2 ONEDNN_MAX_CPU_ISA=AVX2 MKL_ENABLE_INSTRUCTIONS=AVX2 MKL_CBWR=COMPATIBLE $(NUMERICS)
 
 demo: setup
 	$(VENV)/bin/fedhet compare configs/celm/fmnist-maverick.toml --methods fedavg,celm --rounds 30 --set eval.every=2 \

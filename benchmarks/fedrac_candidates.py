@@ -4,8 +4,9 @@ Runs FedRAC for a few rounds on a real configuration (default: Fashion-MNIST CLA
 6,000 validation images, 50 candidates), then times, on the trained global model and the round's unit
 order, (a) the batched evaluation FedRAC uses (``masked_accuracies``: one pass over the validation set
 sharing the nested prefixes), (b) ``masked_logits`` batch by batch (the generic batched path) and (c) the
-per-mask loop of the reference code (set the mask, evaluate, repeat). It prints the speed-ups, whether the
-accuracies are identical, and the candidate evaluation's share of a FedRAC round.
+per-mask loop of the reference code (set the mask, evaluate, repeat). It prints the speed-ups, the largest
+accuracy difference between the paths in validation samples (different kernels: an argmax may flip on a
+near-tie, so 0 is typical but not promised on every CPU), and the candidate evaluation's share of a round.
 
     python benchmarks/fedrac_candidates.py [--config configs/fedrac/fashion-mnist-cla.toml] [--rounds 20]
         [--threads 1] [--repeats 3]
@@ -98,8 +99,11 @@ def main() -> None:
         f"masked_logits per batch (generic batched)  {1000 * t_generic:8.1f} ms  {t_loop / t_generic:6.1f}x"
     )
     print(f"masked_accuracies (FedRAC, shared prefix)  {1000 * t_fast:8.1f} ms  {t_loop / t_fast:6.1f}x")
-    same_fast, same_generic = np.array_equal(fast, loop), np.array_equal(generic, loop)
-    print(f"identical accuracies: batched vs loop {same_fast}, generic vs loop {same_generic}; ", end="")
+    # in validation samples: the paths use different kernels, so an argmax may flip on a near-tie
+    flips_fast = int(np.rint(np.abs(fast - loop).max() * len(vy)))
+    flips_generic = int(np.rint(np.abs(generic - loop).max() * len(vy)))
+    print(f"largest accuracy difference to the loop: batched {flips_fast}, generic {flips_generic} ", end="")
+    print("validation samples; ", end="")
     print(f"{len(np.unique(loop))} distinct values")
     share = candidate_s / round_s
     print(f"FedRAC round (server + {cfg.data.clients} clients, rounds 2..{args.rounds}): ", end="")
@@ -125,7 +129,7 @@ def main() -> None:
                 {"evaluation": "masked_logits per batch (generic batched)", "ms": 1000 * t_generic},
                 {"evaluation": "masked_accuracies (FedRAC, shared prefix)", "ms": 1000 * t_fast},
             ],
-            identical=bool(same_fast and same_generic),
+            samples_differing=max(flips_fast, flips_generic),
         )
 
 

@@ -171,7 +171,8 @@ BENCHES = (
         600,
         "FedRAC scores K/step candidate submodels on the validation set every round. The batched evaluation "
         "(one pass sharing the nested prefixes) against the generic batched masked forward and the per-mask "
-        "loop of the reference code; the accuracies must be identical. `candidate_share` is the candidate "
+        "loop of the reference code; `samples_differing` is the largest accuracy difference in validation "
+        "samples (different kernels may flip an argmax on a near-tie). `candidate_share` is the candidate "
         "evaluation's share of a FedRAC round.",
     ),
     Bench(

@@ -11,7 +11,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-import torch
 from PIL import Image
 from sklearn.datasets import load_digits
 from torch import nn
@@ -23,7 +22,6 @@ from fedhet.data import from_arrays, load_dataset, register_dataset
 from fedhet.errors import ConfigError, DataError
 
 ROOT = Path(__file__).resolve().parents[1]
-torch.set_num_threads(1)
 
 
 @pytest.fixture(autouse=True)

@@ -8,12 +8,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-import torch
 
 from fedhet.cli import main as cli_main
 from fedhet.report.audit import Audit, AuditSettings, evidence_change, flag_clients, ground_truth, load_audit
-
-torch.set_num_threads(1)
 
 
 @pytest.fixture(autouse=True)

@@ -24,8 +24,6 @@ from fedhet.errors import ConfigError
 from fedhet.experiment import make_simulation
 from fedhet.models import build_model
 
-torch.set_num_threads(1)
-
 #: What a real server knows (DESIGN.md): nothing per client.
 SERVER_KNOWS = {
     "model",

@@ -5,11 +5,8 @@ from __future__ import annotations
 import json
 
 import pytest
-import torch
 
 from fedhet.cli import main
-
-torch.set_num_threads(1)
 
 SMALL = ["--set", "data.max_train_samples=2000", "--set", "data.max_test_samples=1000", "--quiet"]
 

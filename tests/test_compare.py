@@ -5,14 +5,11 @@ from __future__ import annotations
 import json
 
 import pytest
-import torch
 
 from fedhet.comparison import run_comparison
 from fedhet.config import ExperimentConfig, apply_override
 from fedhet.engine import checkpoint as ckpt
 from fedhet.errors import RunDirectoryError
-
-torch.set_num_threads(1)
 
 
 @pytest.fixture(autouse=True)

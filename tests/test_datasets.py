@@ -39,7 +39,6 @@ except ImportError:
         write_tiny_imagenet,
     )
 
-torch.set_num_threads(1)
 
 FASHION_DIR = Path("/usr/share/datasets/fashion-mnist")
 CIFAR_JPG = next(

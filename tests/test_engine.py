@@ -19,8 +19,6 @@ from fedhet.engine.rounds import learning_rate, sample_clients
 from fedhet.errors import ClientUpdateError, ConfigError, ProtocolError
 from fedhet.experiment import make_simulation, standalone_accuracies
 
-torch.set_num_threads(1)
-
 
 def small_config(**over) -> ExperimentConfig:
     cfg = ExperimentConfig()
@@ -57,6 +55,7 @@ def test_fedavg_fashion_mnist_iid_reaches_85_percent_in_10_rounds(tmp_path):
     assert summary["best"]["accuracy"] >= summary["final"]["accuracy"] - 1e-12
 
 
+@pytest.mark.numerics
 def test_same_seed_gives_identical_metrics_and_other_seed_differs(tmp_path):
     cfg = small_config()
     cfg.eval.fairness = False

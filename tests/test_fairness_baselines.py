@@ -41,8 +41,6 @@ from fedhet.experiment import make_simulation
 from fedhet.models.registry import FedModel
 from support import local_update
 
-torch.set_num_threads(1)
-
 METHODS = ("cffl", "cgsv", "shapfed", "iafl")
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -22,8 +22,6 @@ from fedhet.engine.rounds import zero_rejected
 from fedhet.errors import ConfigError, TrainingDivergedError
 from fedhet.experiment import make_simulation
 
-torch.set_num_threads(1)
-
 
 @pytest.fixture(autouse=True)
 def _tmp_cache(tmp_path, monkeypatch):

@@ -36,8 +36,6 @@ from fedhet.models.masks import nested_prefix_masks, random_mask
 from fedhet.report.fairness import fairness_summary
 from support import local_update
 
-torch.set_num_threads(1)
-
 FASHION_DIR = Path("/usr/share/datasets/fashion-mnist")
 CONFIG_DIR = Path(__file__).resolve().parents[1] / "configs" / "fedrac"
 #: Standalone accuracies handed to the engine for the small runs (client 3 is the top contributor,
@@ -279,37 +277,53 @@ def test_a_unit_no_client_trained_keeps_its_weights_through_aggregation(fashion)
 # --------------------------------------------------------------------------------------------------------
 # Batched candidate evaluation
 # --------------------------------------------------------------------------------------------------------
+def _assert_accuracies_agree(model, x, y, masks, batch_size: int = 2048) -> np.ndarray:
+    """The batched candidate evaluation against the per-mask loop, one accuracy per mask.
+
+    The two compute each mask's logits by different kernels (a shared-prefix matmul vs a masked forward), so
+    their float32 logits differ in the last bits and an argmax may flip where a sample's top two logits tie
+    within that error. Per mask, the accuracies may differ by at most the share of such near-ties (a top-2
+    gap under 1e-4: logits here are O(1-10), the kernels' differences O(1e-6)); on most machines that is 0.
+    """
+    fast = masked_accuracies(model, x, y, masks, batch_size)
+    loop = masked_accuracies_loop(model, x, y, masks, batch_size)
+    previous, near_ties = model.get_mask(), []
+    with torch.no_grad():
+        for mask in masks:
+            model.set_mask(mask)
+            top2 = model(x).topk(2, dim=-1).values
+            near_ties.append(int((top2[:, 0] - top2[:, 1] < 1e-4).sum()))
+    model.set_mask(previous)
+    flipped = np.rint(np.abs(fast - loop) * len(y))
+    assert (flipped <= np.array(near_ties)).all(), (fast - loop, near_ties)
+    return fast
+
+
+@pytest.mark.numerics
 def test_batched_candidate_evaluation_equals_the_per_mask_loop(fashion):
     x, y = fashion
     model = _trained_mlp200(x, y)
     vx, vy = x[2000:], y[2000:]
     order = torch.randperm(400, generator=torch.Generator().manual_seed(5))
     candidates = nested_prefix_masks(order, candidate_sizes(400, 8), 400)
-    fast = masked_accuracies(model, vx, vy, candidates)
-    loop = masked_accuracies_loop(model, vx, vy, candidates)
-    np.testing.assert_array_equal(fast, loop)
+    fast = _assert_accuracies_agree(model, vx, vy, candidates)
     assert len(np.unique(fast)) > 20  # distinct accuracies: the comparison is not between constants
     # Unsorted nested masks (client masks in client-id order) and masks that do not nest (generic path).
     shuffled = candidates[torch.randperm(50, generator=torch.Generator().manual_seed(6))]
-    np.testing.assert_array_equal(
-        masked_accuracies(model, vx, vy, shuffled), masked_accuracies_loop(model, vx, vy, shuffled)
-    )
+    _assert_accuracies_agree(model, vx, vy, shuffled)
     gen = torch.Generator().manual_seed(7)
     loose = torch.stack([random_mask(400, s, gen) for s in (40, 120, 200, 399)])
-    np.testing.assert_array_equal(
-        masked_accuracies(model, vx, vy, loose), masked_accuracies_loop(model, vx, vy, loose)
-    )
+    _assert_accuracies_agree(model, vx, vy, loose)
     assert model.get_mask() is None and not model.training
 
 
+@pytest.mark.numerics
 def test_batched_evaluation_on_resnet18gn_equals_loop():
     torch.manual_seed(8)
     model = build_model("resnet18gn", (3, 32, 32), 10, stem="cifar", width=8).eval()
     x, y = torch.randn(12, 3, 32, 32), torch.randint(0, 10, (12,))
     masks = nested_prefix_masks(torch.randperm(128), [16, 64, 128], 128)
-    np.testing.assert_array_equal(
-        masked_accuracies(model, x, y, masks, 5), masked_accuracies_loop(model, x, y, masks, 5)
-    )
+    _assert_accuracies_agree(model, x, y, masks, 5)
 
 
 # --------------------------------------------------------------------------------------------------------

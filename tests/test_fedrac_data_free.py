@@ -28,8 +28,6 @@ from fedhet.experiment import make_simulation
 from fedhet.models import build_model
 from fedhet.models.masks import nested_prefix_masks
 
-torch.set_num_threads(1)
-
 #: Standalone accuracies handed to the engine, for the fairness metrics only (client 3 the best).
 STANDALONE = np.array([0.30, 0.62, 0.45, 0.70, 0.30])
 
@@ -87,6 +85,7 @@ def test_relative_reputation_and_scores_known_answers():
 # --------------------------------------------------------------------------------------------------------
 # The grown inputs
 # --------------------------------------------------------------------------------------------------------
+@pytest.mark.numerics
 def test_grown_inputs_match_an_independent_per_input_adam_loop():
     """Each input follows torch.optim.Adam(maximize=True) on s_c(x) − λ‖x‖² from its own start point, and
     the copies kept are the iterates after the listed step counts (a second implementation)."""

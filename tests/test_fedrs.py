@@ -24,8 +24,6 @@ from fedhet.experiment import make_simulation
 from fedhet.models import build_model
 from support import local_update, prepared_update
 
-torch.set_num_threads(1)
-
 
 def test_paper_scales_are_one_for_present_and_alpha_for_absent_classes():
     counts = torch.tensor([6, 0, 3, 0])

@@ -22,8 +22,6 @@ from fedhet.experiment import make_simulation
 from fedhet.models import build_model
 from fedhet.models.masks import nested_prefix_masks
 
-torch.set_num_threads(1)
-
 FASHION_DIR = Path("/usr/share/datasets/fashion-mnist")
 STANDALONE = np.array([0.55, 0.20, 0.41, 0.33, 0.48])
 
@@ -64,6 +62,7 @@ def _loop_importance(model, x, y) -> torch.Tensor:
     return torch.stack(out)
 
 
+@pytest.mark.numerics
 def test_mlp_importance_equals_brute_force_leave_one_out(fashion):
     x, y = fashion
     torch.manual_seed(0)
@@ -82,6 +81,7 @@ def test_mlp_importance_equals_brute_force_leave_one_out(fashion):
     assert fast.shape == (32,) and fast.max() > 1e-3  # some unit matters
 
 
+@pytest.mark.numerics
 def test_generic_importance_on_resnet18gn_equals_brute_force():
     torch.manual_seed(1)
     model = build_model("resnet18gn", (3, 32, 32), 10, stem="cifar", width=8).eval()

@@ -25,8 +25,6 @@ from fedhet.errors import ConfigError
 from fedhet.experiment import make_simulation
 from support import local_update, prepared_update
 
-torch.set_num_threads(1)
-
 
 @pytest.fixture(autouse=True)
 def _tmp_cache(tmp_path, monkeypatch):

@@ -106,8 +106,9 @@ def test_flower_simulation_gives_the_embedded_engines_results_bit_for_bit(tmp_pa
     cfg = tiny_config(method)
     flower = run_flower_simulation(cfg, tmp_path / "flower")
     embedded = make_simulation(cfg, run_dir=tmp_path / "embedded").run()
-    # Tolerance zero: the same seeded generators, the same start weights, replies in client-id order, one
-    # torch thread on both sides, so every float is the same.
+    # Tolerance zero, and rightly so: one code path (run_client, the same strategy, the sequential engine's
+    # trainer) on one machine, the same seeded generators and start weights, replies in client-id order,
+    # one torch thread on both sides, so the same operations run in the same order and every float agrees.
     assert (tmp_path / "flower" / "metrics.jsonl").read_bytes() == (
         tmp_path / "embedded" / "metrics.jsonl"
     ).read_bytes()

@@ -63,6 +63,7 @@ def test_absent_class_is_nan_and_excluded_from_balanced_mean():
         assert balanced_accuracy_score(target, pred) == 0.75
 
 
+@pytest.mark.numerics
 @pytest.mark.filterwarnings("ignore:A single label was found")  # sklearn notes one-class targets
 def test_balanced_accuracy_matches_sklearn_on_random_data():
     rng = np.random.default_rng(0)

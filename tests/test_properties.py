@@ -15,7 +15,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import torch
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
@@ -33,8 +32,6 @@ from fedhet.config import (
     to_toml,
 )
 from fedhet.errors import ConfigError
-
-torch.set_num_threads(1)
 
 #: Examples share the function-scoped tmp_path/monkeypatch; each one makes its own folder under it.
 FIXTURES_OK = [HealthCheck.function_scoped_fixture, HealthCheck.too_slow]

@@ -31,7 +31,6 @@ from fedhet.experiment import make_simulation
 from fedhet.models import build_model
 from support import aggregate_round
 
-torch.set_num_threads(1)
 CONFIGS = Path(__file__).resolve().parents[1] / "configs" / "proxyfl"
 
 
@@ -117,6 +116,7 @@ def reference_icpl(z, proxies, probs, confident, candidates, num_labeled):
     return sum(losses) / len(losses)
 
 
+@pytest.mark.numerics
 def test_icpl_equals_a_loop_restatement_of_the_spec():
     gen = torch.Generator().manual_seed(3)
     n, c, d = 9, 4, 5

@@ -7,13 +7,10 @@ import re
 from pathlib import Path
 
 import pytest
-import torch
 
 from fedhet.cli import main
 from fedhet.errors import ConfigError
 from fedhet.reproduce import QUICK, list_specs, load_spec, parse_paper_value, row_config
-
-torch.set_num_threads(1)
 
 
 @pytest.fixture(autouse=True)

@@ -9,7 +9,6 @@ import sys
 import time
 
 import pytest
-import torch
 
 from fedhet.cli import main
 from fedhet.engine.rundir import (
@@ -21,8 +20,6 @@ from fedhet.engine.rundir import (
     write_atomic,
 )
 from fedhet.errors import RunDirectoryError
-
-torch.set_num_threads(1)
 
 RUN = ["run", "--method", "fedavg", "--dataset", "digits", "--clients", "2", "--rounds", "1", "--quiet"]
 RUN += ["--set", "eval.fairness=false"]

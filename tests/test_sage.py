@@ -13,8 +13,6 @@ from fedhet.config import ExperimentConfig
 from fedhet.errors import ConfigError
 from fedhet.experiment import make_simulation
 
-torch.set_num_threads(1)
-
 
 @pytest.fixture(autouse=True)
 def _tmp_cache(tmp_path, monkeypatch):

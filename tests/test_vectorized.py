@@ -17,8 +17,6 @@ from fedhet.engine import vectorized
 from fedhet.errors import ConfigError
 from fedhet.experiment import make_simulation
 
-torch.set_num_threads(1)
-
 
 @pytest.fixture(autouse=True)
 def _tmp_cache(tmp_path, monkeypatch):
@@ -75,6 +73,7 @@ CASES = {
 MASKED = {"fedrac", "fedsac"}
 
 
+@pytest.mark.numerics
 @pytest.mark.parametrize("gradients", ["auto", "vmap"])
 @pytest.mark.parametrize("case", CASES)
 def test_vectorized_training_matches_the_sequential_engine(case, gradients, monkeypatch):
@@ -160,6 +159,7 @@ class _Scale(torch.nn.Module):
         return x * self.factor
 
 
+@pytest.mark.numerics
 def test_the_closed_form_relu_stack_step_equals_autograd_member_by_member():
     """relu_stack_step against torch.autograd on each member's own nn.Sequential (an independent
     computation): losses, every gradient, and the fused SGD step, with padding, an idle member, FedRS
