@@ -1,6 +1,6 @@
 """CELM probe cost: the batched probe (all models and classes in one batch: closed-form input gradients
 for the MLP, and the generic vmap over stacked models) against the per-(client, class) loop, and against
-one FedAvg round of local training (issue 4 targets: batched ≥ 15× faster than the loop; probing ≤ 0.5 ×
+one FedAvg round of local training (targets: batched ≥ 15× faster than the loop; probing ≤ 0.5 ×
 one round, Fashion-MNIST MLP, N = 10).
 
 Usage: python benchmarks/celm_probe.py [--clients 10] [--threads 1] [--repeats 3] [--steps 200]

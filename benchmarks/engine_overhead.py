@@ -7,7 +7,7 @@ Then a separate process runs a 10-client Fashion-MNIST experiment and reports it
 
     python benchmarks/engine_overhead.py [--repeats 5] [--threads 1]
 
-Targets: time ratio engine/bare <= 1.05 (issue 18; 1.10 in issue 3); peak RSS of the 10-client run <= 1.5 GB.
+Targets: time ratio engine/bare <= 1.05; peak RSS of the 10-client run <= 1.5 GB.
 With ``--json`` the last line is the result object ``make bench`` gathers (benchmarks/common.py).
 """
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The whole GPU check of issue 18 in one script, for a lent accelerator (a GPU is never required; CI has none):
+# The whole GPU check in one script, for a lent accelerator (a GPU is never required; CI has none):
 # the CUDA tests (tests/test_gpu.py: no host sync per local step, data and models on the device, CPU/GPU
 # agreement), the GPU round benchmark (benchmarks/gpu_round.py: CELM CIFAR-10 round / bare loop, utilisation,
 # host syncs, ProxyFL ResNet-8 client round) and the augmentation speed on the device. Budget: under 5 minutes.

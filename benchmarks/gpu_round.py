@@ -1,4 +1,4 @@
-"""GPU rounds (issue 18, item 6): the CELM CIFAR-10 CNN round against a bare PyTorch loop on the same device,
+"""GPU rounds: the CELM CIFAR-10 CNN round against a bare PyTorch loop on the same device,
 the GPU's utilisation during those rounds, host syncs per round, and one ProxyFL ResNet-8 client round.
 
     python benchmarks/gpu_round.py [--device auto] [--scale full|tiny] [--repeats 3] [--json]

@@ -7,7 +7,7 @@ weights, alternately in one process (``--repeats`` rounds each, median); their g
 
     python benchmarks/vectorized.py [--clients 50 200] [--repeats 3] [--threads 1] [--json]
 
-Target (issue 18): vectorized ≥ 3× faster than sequential at 50 clients.
+Target: vectorized ≥ 3× faster than sequential at 50 clients.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """How often are the audit's flags right? Precision and recall per flag against the ground truth the
-simulation knows (docs/audit.md; issue 20).
+simulation knows (docs/audit.md).
 
     python tools/audit_validation.py run   [--seeds 5] [--jobs 2] [--out runs/audit-validation]
     python tools/audit_validation.py table [--out runs/audit-validation]

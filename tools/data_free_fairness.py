@@ -1,5 +1,5 @@
 """Data-free FedRAC against the paper's FedRAC on Fashion-MNIST CLA, POW and DIR(7.0)
-(docs/data-free-fairness.md; issue 20, part 1).
+(docs/data-free-fairness.md).
 
     python tools/data_free_fairness.py run    [--seeds 3] [--jobs 2] [--out runs/data-free]
     python tools/data_free_fairness.py table  [--out runs/data-free]
