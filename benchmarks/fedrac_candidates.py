@@ -25,7 +25,7 @@ import numpy as np
 import torch
 from common import emit
 
-from fedhet.algorithms.submodel import candidate_sizes, masked_accuracies, masked_accuracies_loop
+from fedhet.algorithms.allocation import candidate_sizes, masked_accuracies, masked_accuracies_loop
 from fedhet.config import apply_override, load_config
 from fedhet.experiment import make_simulation
 from fedhet.models import masked_logits

@@ -16,9 +16,7 @@ import torch
 import torch.nn.functional as F
 
 from fedhet.algorithms import build_strategy
-from fedhet.algorithms.fedavg import SGDTrainer
-from fedhet.algorithms.fedrac import FedRAC, FedRACFixedRatio, FedRACRandomMasks, dynamic_ratio
-from fedhet.algorithms.submodel import (
+from fedhet.algorithms.allocation import (
     allocate_sizes,
     candidate_sizes,
     masked_accuracies,
@@ -27,6 +25,8 @@ from fedhet.algorithms.submodel import (
     reputation_thresholds,
     sharpen_contributions,
 )
+from fedhet.algorithms.fedavg import SGDTrainer
+from fedhet.algorithms.fedrac import FedRAC, FedRACFixedRatio, FedRACRandomMasks, dynamic_ratio
 from fedhet.config import ExperimentConfig, load_config
 from fedhet.engine.protocol import ClientData, Instruction
 from fedhet.errors import ConfigError

@@ -14,14 +14,14 @@ import torch
 import torch.nn.functional as F
 
 from fedhet.algorithms import build_strategy
-from fedhet.algorithms.fedrac import dynamic_ratio
-from fedhet.algorithms.logit_probes import grow_class_inputs
-from fedhet.algorithms.submodel import (
+from fedhet.algorithms.allocation import (
     evidence_coverage,
     masked_accuracies,
     relative_reputation,
     relative_scores,
 )
+from fedhet.algorithms.fedrac import dynamic_ratio
+from fedhet.algorithms.logit_probes import grow_class_inputs
 from fedhet.config import ExperimentConfig
 from fedhet.errors import ConfigError
 from fedhet.experiment import make_simulation

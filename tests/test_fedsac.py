@@ -14,8 +14,9 @@ import torch
 import torch.nn.functional as F
 
 from fedhet.algorithms import build_strategy
+from fedhet.algorithms.allocation import sharpen_contributions
 from fedhet.algorithms.fedsac import FedSAC, unit_importance
-from fedhet.algorithms.submodel import SubmodelStrategy, sharpen_contributions
+from fedhet.algorithms.submodel import SubmodelStrategy
 from fedhet.config import ExperimentConfig
 from fedhet.errors import ConfigError
 from fedhet.experiment import make_simulation

@@ -17,8 +17,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from fedhet.algorithms.allocation import validation_subset
 from fedhet.algorithms.params import check_integer, check_number
-from fedhet.algorithms.submodel import SubmodelStrategy, validation_subset
+from fedhet.algorithms.submodel import SubmodelStrategy
 from fedhet.engine.protocol import FederationInfo
 
 #: Elements of the (B, units, H) leave-one-out activations one chunk of the mlp200 path may hold (16 MB).
