@@ -7,7 +7,7 @@ import torch
 
 from fedhet.algorithms import build_strategy
 from fedhet.algorithms.fedproto import aggregate_prototypes, prototype_loss, prototype_members
-from fedhet.algorithms.fixmatch import PseudoTargets, SemiSupervisedBatch, SemiSupervisedStep
+from fedhet.algorithms.fssl import PseudoTargets, SemiSupervisedBatch, SemiSupervisedStep
 from fedhet.config import ExperimentConfig
 from fedhet.engine import checkpoint as ckpt
 from fedhet.errors import ConfigError

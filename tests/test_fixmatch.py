@@ -10,8 +10,8 @@ import torch
 
 from fedhet.algorithms import build_strategy
 from fedhet.algorithms.fedavg import SGDTrainer
-from fedhet.algorithms.fixmatch import (
-    FixMatchTrainer,
+from fedhet.algorithms.fixmatch import FixMatchTrainer
+from fedhet.algorithms.fssl import (
     IndexStream,
     SemiSupervisedSettings,
     masked_kl_divergence,

@@ -454,7 +454,7 @@ class StubTeacher(torch.nn.Module):
 
 
 def test_one_proxyfl_step_counts_classes_and_feeds_icpl_the_global_models_view(monkeypatch):
-    from fedhet.algorithms.fixmatch import SemiSupervisedBatch
+    from fedhet.algorithms.fssl import SemiSupervisedBatch
     from support import prepared_update
 
     sim = make_simulation(tiny_config(threshold=0.5))
@@ -625,7 +625,7 @@ def test_invalid_class_counts_are_left_out_of_the_prior(caplog):
 def test_icpl_reads_top_k_from_the_config_and_the_labeled_rows_confidence_at_the_threshold(monkeypatch):
     """A labeled image of zeros gets the stub teacher's uniform 0.1: confident at τ = 0.1 (≥, not >);
     indecisive_top_k = 2 reaches the candidate sets."""
-    from fedhet.algorithms.fixmatch import SemiSupervisedBatch
+    from fedhet.algorithms.fssl import SemiSupervisedBatch
     from support import prepared_update
 
     sim = make_simulation(tiny_config(threshold=0.1, indecisive_rule="top-k", indecisive_top_k=2))

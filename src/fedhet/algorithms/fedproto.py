@@ -25,7 +25,8 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from fedhet.algorithms.fixmatch import FixMatchGPL, FixMatchTrainer, SemiSupervisedStep
+from fedhet.algorithms.fixmatch import FixMatchGPL, FixMatchTrainer
+from fedhet.algorithms.fssl import SemiSupervisedStep
 from fedhet.algorithms.params import check_choice, check_number
 from fedhet.engine.protocol import ConfigValue, FederationInfo, LocalUpdate, Reply
 from fedhet.errors import ConfigError, ProtocolError

@@ -44,7 +44,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from fedhet.algorithms.fixmatch import FixMatchGPL, FixMatchTrainer, SemiSupervisedStep
+from fedhet.algorithms.fixmatch import FixMatchGPL, FixMatchTrainer
+from fedhet.algorithms.fssl import SemiSupervisedStep
 from fedhet.algorithms.params import check_choice, check_flag, check_integer, check_number
 from fedhet.engine.protocol import ConfigValue, FederationInfo, LocalUpdate, Reply
 from fedhet.errors import ConfigError, ProtocolError

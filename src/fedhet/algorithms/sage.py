@@ -16,7 +16,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from fedhet.algorithms.fixmatch import FixMatchTrainer, PseudoTargets, SemiSupervised, SemiSupervisedStep
+from fedhet.algorithms.fixmatch import FixMatchTrainer, SemiSupervised
+from fedhet.algorithms.fssl import PseudoTargets, SemiSupervisedStep
 from fedhet.algorithms.params import check_number
 from fedhet.engine.protocol import ConfigValue, LocalUpdate
 from fedhet.errors import ConfigError
