@@ -5,6 +5,9 @@ Sections: ``[data]``, ``[model]``, ``[train]``, ``[method]``, ``[eval]``, the op
 ``name``. Unknown keys are errors; every bad value raises :class:`~fedhet.errors.ConfigError` naming the
 field, the value and what is accepted. Any key can be overridden with ``section.key=value``
 (``--set`` on the command line), e.g. ``data.split_params.alpha=0.05``.
+
+The section dataclasses are in ``config_sections.py`` and the checks of values in ``config_validation.py``;
+every name of both that callers use is importable from here.
 """
 
 from __future__ import annotations
@@ -12,149 +15,54 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-import math
 import tomllib
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+from fedhet.config_sections import (
+    CHOICES,
+    FAULT_BEHAVIOURS,
+    DataConfig,
+    EngineConfig,
+    EvalConfig,
+    FaultsConfig,
+    GuardsConfig,
+    MethodConfig,
+    ModelConfig,
+    TrainConfig,
+)
+from fedhet.config_validation import check_ranges, coerce_value
 from fedhet.errors import ConfigError
 
-
-@dataclass
-class DataConfig:
-    """Which data, how it is split over clients, and what the server holds out."""
-
-    #: A built-in name (``fedhet datasets``), "npz" or "folder" (your own files at ``path``), or a name
-    #: registered with ``fedhet.data.register_dataset``.
-    dataset: str = "fashion-mnist"
-    root: str | None = None
-    #: Your own data for dataset = "npz" (one .npz file) or "folder" (train/<class>/, test/<class>/).
-    path: str | None = None
-    split: str = "iid"
-    split_params: dict[str, Any] = field(default_factory=dict)
-    clients: int = 10
-    #: Fraction of the training set held out as the server's validation set (CFFL, FedRAC, FedSAC).
-    validation_fraction: float = 0.0
-    #: Use only this many training samples (a seeded random subset, before splitting); None = all.
-    max_train_samples: int | None = None
-    #: Evaluate on only this many test samples (a seeded random subset); None = the full test set.
-    max_test_samples: int | None = None
-
-
-@dataclass
-class ModelConfig:
-    name: str = "mlp"
-    params: dict[str, Any] = field(default_factory=dict)
-    #: Start from another run's final global model (its run directory) instead of the seeded initial one.
-    init_from: str | None = None
-
-
-@dataclass
-class TrainConfig:
-    """Rounds, participation and local training of every client."""
-
-    rounds: int = 10
-    #: Clients per round: a fraction in (0, 1] (float) or a count >= 1 (int).
-    clients_per_round: float | int = 1.0
-    local_epochs: float = 1.0
-    #: If set, a fixed number of local SGD steps per round instead of epochs (FedRAC's ``num_steps``).
-    local_steps: int | None = None
-    batch_size: int = 64
-    optimizer: str = "sgd"
-    lr: float = 0.1
-    momentum: float = 0.0
-    weight_decay: float = 0.0
-    nesterov: bool = False
-    #: Learning-rate schedule over rounds: constant, cosine (to ``lr_min``) or exponential (× ``lr_decay``).
-    schedule: str = "constant"
-    lr_min: float = 1e-6
-    lr_decay: float = 0.977
-    #: Gradient-norm clipping in local training; None = off.
-    grad_clip: float | None = None
-    #: Probability that a sampled client sends nothing in a round (robustness experiments).
-    client_dropout: float = 0.0
-    device: str = "auto"
-    #: torch threads for this process; None leaves torch's default.
-    threads: int | None = None
-
-
-@dataclass
-class EvalConfig:
-    every: int = 1
-    batch_size: int = 2048
-    #: Evaluate every client's reward model (where the method defines one).
-    rewards: bool = True
-    #: Fairness against standalone accuracies: "auto" (when rewards exist), true, or false.
-    fairness: str | bool = "auto"
-    #: BCF rate α (FedSAC/FedRAC).
-    bcf_alpha: float = 0.5
-    #: Save a checkpoint every k rounds (and always after the last round); 0 = last round only.
-    checkpoint_every: int = 10
-    #: Also write every metrics.jsonl number as TensorBoard scalars under RUN_DIR/tensorboard/
-    #: (the fedhet[tensorboard] extra). Not part of the experiment: it changes no result.
-    tensorboard: bool = False
-
-
-#: What an injected faulty client does (``[faults] clients``; docs/robustness.md).
-FAULT_BEHAVIOURS = ("noise", "scale", "sign-flip", "stale", "nan", "lie-num-examples", "crash", "drop")
-
-
-@dataclass
-class FaultsConfig:
-    """Injected client faults, for robustness experiments: which clients misbehave and how.
-
-    ``clients`` maps a client id to one of :data:`FAULT_BEHAVIOURS` (``--set faults.clients.3=noise``).
-    ``noise``: weights drawn from N(0, ``noise_std``²), a random model; ``scale``: the update × ``factor``;
-    ``sign-flip``: the update negated; ``stale``: the unchanged model it was sent (a free rider); ``nan``:
-    NaN weights; ``lie-num-examples``: ``factor`` × its sample count (in its description too); ``crash``:
-    an error; ``drop``: no reply. The clients' standalone reference runs without faults.
-    """
-
-    clients: dict[str, Any] = field(default_factory=dict)
-    #: The multiplier of ``scale`` and ``lie-num-examples``.
-    factor: float = 100.0
-    #: The standard deviation of ``noise`` weights.
-    noise_std: float = 1.0
-    #: The first round the faults act in (the round-0 description lies from the start).
-    from_round: int = 1
-
-
-@dataclass
-class GuardsConfig:
-    """Server-side checks of each round's accepted updates, beyond the protocol checks (docs/reliability.md).
-
-    A guarded update is rejected, logged and recorded in ``metrics.jsonl`` like a malformed one.
-    """
-
-    #: Reject an update whose norm ‖w_i − w_sent‖ exceeds this × the median over the round's updates
-    #: (with 3 or more updates); None = off. 10 keeps honest non-IID clients and stops scaled or random ones.
-    update_norm_factor: float | None = None
-    #: Reject a reply whose num_examples exceeds this × the round's median num_examples; None = off.
-    num_examples_factor: float | None = None
-    #: Reject a reply (or description) claiming more samples than this; None = no bound.
-    max_num_examples: int | None = None
-    #: Undo a round whose aggregated global model is not finite (the round is logged and recorded).
-    rollback_non_finite: bool = True
-    #: Stop the run when every reply of this many consecutive rounds was rejected (0 = never).
-    max_all_rejected_rounds: int = 3
-
-
-@dataclass
-class EngineConfig:
-    """How the embedded engine runs the clients of a round (docs/performance.md)."""
-
-    #: "sequential": one client after another; "vectorized": the round's clients at once with torch.func
-    #: (trainers with FedAvg's, FedProx's or FedRS's training loop; SGD; no BatchNorm; submodel masks on
-    #: ``mlp200`` only), refused with the reason otherwise;
-    #: "auto": vectorized where it applies and the round has enough clients, else sequential (logged).
-    mode: str = "sequential"
-
-
-@dataclass
-class MethodConfig:
-    name: str = "fedavg"
-    params: dict[str, Any] = field(default_factory=dict)
+__all__ = [
+    "CHOICES",
+    "CONFIG_DIR",
+    "FAULT_BEHAVIOURS",
+    "LATER_KEYS",
+    "OPTIONAL_SECTIONS",
+    "SECTIONS",
+    "TOP_LEVEL",
+    "DataConfig",
+    "EngineConfig",
+    "EvalConfig",
+    "ExperimentConfig",
+    "FaultsConfig",
+    "GuardsConfig",
+    "MethodConfig",
+    "ModelConfig",
+    "TrainConfig",
+    "apply_override",
+    "describe_experiment",
+    "experiment_names",
+    "from_dict",
+    "load_config",
+    "load_config_text",
+    "parse_set_args",
+    "parse_value",
+    "resolve_config",
+    "to_toml",
+]
 
 
 @dataclass
@@ -229,191 +137,6 @@ OPTIONAL_SECTIONS = ("faults", "guards", "engine")
 LATER_KEYS: dict[str, Any] = {"data.path": None, "eval.tensorboard": False}
 TOP_LEVEL = {"seed": int, "out": (str, type(None)), "name": (str, type(None))}
 
-CHOICES: dict[tuple[str, str], tuple[Any, ...]] = {
-    ("train", "optimizer"): ("sgd", "adam"),
-    ("train", "schedule"): ("constant", "cosine", "exponential"),
-    ("train", "device"): ("auto", "cpu", "cuda"),
-    ("engine", "mode"): ("sequential", "vectorized", "auto"),
-    ("eval", "fairness"): ("auto", True, False),
-}
-
-
-# --------------------------------------------------------------------------------------------------------
-# Validation
-# --------------------------------------------------------------------------------------------------------
-def _type_name(tp: Any) -> str:
-    return str(tp).replace("typing.", "")
-
-
-def _coerce(section: str, name: str, value: Any, annotation: str) -> Any:
-    """Check ``value`` against the field's annotation (given as a string), converting ints to floats."""
-    where = f"{section}.{name}"
-    ann = annotation.replace(" ", "")
-    optional = "None" in ann
-    if value is None:
-        if optional:
-            return None
-        raise ConfigError(f"{where} must not be empty (None); expected {annotation}")
-    base = ann.replace("|None", "").replace("None|", "")
-    if base.startswith("dict"):
-        if not isinstance(value, dict):
-            raise ConfigError(f"{where}={value!r} must be a table/dict, e.g. {where}.alpha=0.1")
-        return _table(where, value)
-    if base == "float|int":
-        if isinstance(value, bool) or not isinstance(value, int | float):
-            raise ConfigError(f"{where}={value!r} must be a number")
-        if not math.isfinite(value):
-            raise ConfigError(f"{where}={value!r} must be a finite number")
-        return value
-    if base == "str|bool":
-        if not isinstance(value, str | bool):
-            raise ConfigError(f"{where}={value!r} must be a string or boolean")
-        return value
-    if base == "bool":
-        if not isinstance(value, bool):
-            raise ConfigError(f"{where}={value!r} must be true or false")
-        return value
-    if base == "int":
-        if isinstance(value, bool) or not isinstance(value, int):
-            if isinstance(value, float) and value.is_integer():
-                return int(value)
-            raise ConfigError(f"{where}={value!r} must be an integer")
-        return value
-    if base == "float":
-        if isinstance(value, bool) or not isinstance(value, int | float):
-            raise ConfigError(f"{where}={value!r} must be a number")
-        if not math.isfinite(value):
-            raise ConfigError(f"{where}={value!r} must be a finite number")
-        return float(value)
-    if base == "str":
-        if not isinstance(value, str):
-            raise ConfigError(f"{where}={value!r} must be a string")
-        return value
-    return value
-
-
-def _table(where: str, table: dict[Any, Any]) -> dict[str, Any]:
-    """A table value (e.g. method.params) as TOML can hold it: string keys; booleans, numbers, strings,
-    lists and tables as values. An entry set to None is dropped: None means the method's default."""
-    out: dict[str, Any] = {}
-    for key, value in table.items():
-        if not isinstance(key, str):
-            raise ConfigError(f"{where} has the key {key!r}; keys must be strings")
-        if value is None:
-            continue
-        out[key] = (
-            _table(f"{where}.{key}", value) if isinstance(value, dict) else _plain(f"{where}.{key}", value)
-        )
-    return out
-
-
-def _plain(where: str, value: Any) -> Any:
-    if isinstance(value, dict):
-        return _table(where, value)
-    if isinstance(value, list | tuple):
-        return [_plain(where, v) for v in value]
-    if isinstance(value, bool | int | float | str):
-        return value
-    raise ConfigError(
-        f"{where}={value!r} is a {type(value).__name__}; use a boolean, number, string, list or table"
-    )
-
-
-def _check_ranges(cfg: ExperimentConfig) -> None:
-    """Range checks that the types alone do not express."""
-    d, t, e = cfg.data, cfg.train, cfg.eval
-
-    def need(cond: bool, msg: str) -> None:
-        if not cond:
-            raise ConfigError(msg)
-
-    for (sec, key), accepted in CHOICES.items():
-        value = getattr(getattr(cfg, sec), key)
-        need(value in accepted, f"{sec}.{key}={value!r} is not accepted; choose one of {list(accepted)}")
-    need(d.clients >= 1, f"data.clients={d.clients} must be >= 1")
-    need(
-        0.0 <= d.validation_fraction < 1.0,
-        f"data.validation_fraction={d.validation_fraction} must be in [0, 1)",
-    )
-    for key in ("max_train_samples", "max_test_samples"):
-        v = getattr(d, key)
-        need(v is None or v >= 1, f"data.{key}={v} must be >= 1 (or omitted for all samples)")
-    need(t.rounds >= 1, f"train.rounds={t.rounds} must be >= 1")
-    cpr = t.clients_per_round
-    if isinstance(cpr, float):
-        need(
-            0.0 < cpr <= 1.0,
-            f"train.clients_per_round={cpr}: a fraction must be in (0, 1]; use an int for a count",
-        )
-    else:
-        need(cpr >= 1, f"train.clients_per_round={cpr} must be >= 1")
-    need(
-        t.local_epochs > 0 or (t.local_steps or 0) > 0,
-        "train.local_epochs must be > 0 (or set train.local_steps)",
-    )
-    need(t.local_steps is None or t.local_steps >= 1, f"train.local_steps={t.local_steps} must be >= 1")
-    need(t.batch_size >= 1, f"train.batch_size={t.batch_size} must be >= 1")
-    need(t.lr > 0, f"train.lr={t.lr} must be > 0")
-    need(t.lr_min >= 0, f"train.lr_min={t.lr_min} must be >= 0 (the cosine schedule's final learning rate)")
-    need(
-        0.0 < t.lr_decay <= 1.0,
-        f"train.lr_decay={t.lr_decay} must be in (0, 1] (the exponential schedule's factor per round)",
-    )
-    if t.client_dropout > 0:
-        per_round = (
-            t.clients_per_round * d.clients if isinstance(t.clients_per_round, float) else t.clients_per_round
-        )
-        replying = (1.0 - t.client_dropout) * min(per_round, d.clients)
-        need(
-            replying >= 1.0 - 1e-9,  # (1 − 0.9)·10 is 0.9999999999999998
-            f"train.client_dropout={t.client_dropout} with {min(per_round, d.clients):g} clients per round "
-            f"leaves {replying:.2g} replying clients per round on average (fewer than one): most rounds "
-            "would train nothing. Lower train.client_dropout or sample more clients",
-        )
-    need(0.0 <= t.momentum < 1.0, f"train.momentum={t.momentum} must be in [0, 1)")
-    need(t.weight_decay >= 0, f"train.weight_decay={t.weight_decay} must be >= 0")
-    need(t.grad_clip is None or t.grad_clip > 0, f"train.grad_clip={t.grad_clip} must be > 0 (or omitted)")
-    need(0.0 <= t.client_dropout < 1.0, f"train.client_dropout={t.client_dropout} must be in [0, 1)")
-    need(t.threads is None or t.threads >= 1, f"train.threads={t.threads} must be >= 1")
-    need(e.every >= 1, f"eval.every={e.every} must be >= 1")
-    need(e.batch_size >= 1, f"eval.batch_size={e.batch_size} must be >= 1")
-    need(e.checkpoint_every >= 0, f"eval.checkpoint_every={e.checkpoint_every} must be >= 0")
-    need(0.0 < e.bcf_alpha <= 1.0, f"eval.bcf_alpha={e.bcf_alpha} must be in (0, 1]")
-    _check_faults(cfg)
-    g = cfg.guards
-    for key in ("update_norm_factor", "num_examples_factor"):
-        v = getattr(g, key)
-        need(v is None or v > 1.0, f"guards.{key}={v} must be > 1 (a multiple of the median), or omitted")
-    need(
-        g.max_num_examples is None or g.max_num_examples >= 1,
-        f"guards.max_num_examples={g.max_num_examples} must be >= 1 (or omitted for no bound)",
-    )
-    need(
-        g.max_all_rejected_rounds >= 0,
-        f"guards.max_all_rejected_rounds={g.max_all_rejected_rounds} must be >= 0 (0 = never stop)",
-    )
-
-
-def _check_faults(cfg: ExperimentConfig) -> None:
-    f, n = cfg.faults, cfg.data.clients
-    for key, behaviour in list(f.clients.items()):
-        if isinstance(behaviour, float) and math.isnan(behaviour):  # --set faults.clients.0=nan reads NaN
-            f.clients[key] = behaviour = "nan"
-        if not (isinstance(key, str) and key.isascii() and key.isdigit() and int(key) < n):
-            raise ConfigError(
-                f"faults.clients has key {key!r}; keys are client ids 0..{n - 1}, e.g. faults.clients.0=noise"
-            )
-        if behaviour not in FAULT_BEHAVIOURS:
-            raise ConfigError(
-                f"faults.clients.{key}={behaviour!r} is not a fault; choose one of {list(FAULT_BEHAVIOURS)}"
-            )
-    if not f.factor > 0:
-        raise ConfigError(f"faults.factor={f.factor} must be > 0")
-    if not f.noise_std > 0:
-        raise ConfigError(f"faults.noise_std={f.noise_std} must be > 0")
-    if f.from_round < 1:
-        raise ConfigError(f"faults.from_round={f.from_round} must be >= 1")
-
 
 def from_dict(raw: dict[str, Any]) -> ExperimentConfig:
     """Build and validate a config from a nested dict (as read from TOML)."""
@@ -434,7 +157,7 @@ def from_dict(raw: dict[str, Any]) -> ExperimentConfig:
         bad = set(values) - set(names)
         if bad:
             raise ConfigError(f"unknown key(s) {sorted(bad)} in [{sec}]; accepted: {sorted(names)}")
-        sec_kwargs = {k: _coerce(sec, k, v, str(names[k].type)) for k, v in values.items()}
+        sec_kwargs = {k: coerce_value(sec, k, v, str(names[k].type)) for k, v in values.items()}
         kwargs[sec] = cls(**sec_kwargs)
     for key in TOP_LEVEL:
         if key in raw:
@@ -446,7 +169,7 @@ def from_dict(raw: dict[str, Any]) -> ExperimentConfig:
                 raise ConfigError(f"{key}={value!r} must be a string")
             kwargs[key] = value
     cfg = ExperimentConfig(**kwargs)
-    _check_ranges(cfg)
+    check_ranges(cfg)
     return cfg
 
 

@@ -1,0 +1,160 @@
+"""The sections of an experiment configuration: one dataclass per TOML table, with its defaults.
+
+``[data]``, ``[model]``, ``[train]``, ``[method]``, ``[eval]``, ``[faults]``, ``[guards]``, ``[engine]``, and
+:data:`CHOICES`, the accepted values of the fields that take one of a few. The experiment that holds them
+(:class:`~fedhet.config.ExperimentConfig`), TOML in and out and the overrides are in ``config.py``, which
+re-exports every name here; the checks of values are in ``config_validation.py``.
+
+The field annotations stay strings (``from __future__ import annotations``): the validation reads them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass
+class DataConfig:
+    """Which data, how it is split over clients, and what the server holds out."""
+
+    #: A built-in name (``fedhet datasets``), "npz" or "folder" (your own files at ``path``), or a name
+    #: registered with ``fedhet.data.register_dataset``.
+    dataset: str = "fashion-mnist"
+    root: str | None = None
+    #: Your own data for dataset = "npz" (one .npz file) or "folder" (train/<class>/, test/<class>/).
+    path: str | None = None
+    split: str = "iid"
+    split_params: dict[str, Any] = field(default_factory=dict)
+    clients: int = 10
+    #: Fraction of the training set held out as the server's validation set (CFFL, FedRAC, FedSAC).
+    validation_fraction: float = 0.0
+    #: Use only this many training samples (a seeded random subset, before splitting); None = all.
+    max_train_samples: int | None = None
+    #: Evaluate on only this many test samples (a seeded random subset); None = the full test set.
+    max_test_samples: int | None = None
+
+
+@dataclass
+class ModelConfig:
+    name: str = "mlp"
+    params: dict[str, Any] = field(default_factory=dict)
+    #: Start from another run's final global model (its run directory) instead of the seeded initial one.
+    init_from: str | None = None
+
+
+@dataclass
+class TrainConfig:
+    """Rounds, participation and local training of every client."""
+
+    rounds: int = 10
+    #: Clients per round: a fraction in (0, 1] (float) or a count >= 1 (int).
+    clients_per_round: float | int = 1.0
+    local_epochs: float = 1.0
+    #: If set, a fixed number of local SGD steps per round instead of epochs (FedRAC's ``num_steps``).
+    local_steps: int | None = None
+    batch_size: int = 64
+    optimizer: str = "sgd"
+    lr: float = 0.1
+    momentum: float = 0.0
+    weight_decay: float = 0.0
+    nesterov: bool = False
+    #: Learning-rate schedule over rounds: constant, cosine (to ``lr_min``) or exponential (× ``lr_decay``).
+    schedule: str = "constant"
+    lr_min: float = 1e-6
+    lr_decay: float = 0.977
+    #: Gradient-norm clipping in local training; None = off.
+    grad_clip: float | None = None
+    #: Probability that a sampled client sends nothing in a round (robustness experiments).
+    client_dropout: float = 0.0
+    device: str = "auto"
+    #: torch threads for this process; None leaves torch's default.
+    threads: int | None = None
+
+
+@dataclass
+class EvalConfig:
+    every: int = 1
+    batch_size: int = 2048
+    #: Evaluate every client's reward model (where the method defines one).
+    rewards: bool = True
+    #: Fairness against standalone accuracies: "auto" (when rewards exist), true, or false.
+    fairness: str | bool = "auto"
+    #: BCF rate α (FedSAC/FedRAC).
+    bcf_alpha: float = 0.5
+    #: Save a checkpoint every k rounds (and always after the last round); 0 = last round only.
+    checkpoint_every: int = 10
+    #: Also write every metrics.jsonl number as TensorBoard scalars under RUN_DIR/tensorboard/
+    #: (the fedhet[tensorboard] extra). Not part of the experiment: it changes no result.
+    tensorboard: bool = False
+
+
+#: What an injected faulty client does (``[faults] clients``; docs/robustness.md).
+FAULT_BEHAVIOURS = ("noise", "scale", "sign-flip", "stale", "nan", "lie-num-examples", "crash", "drop")
+
+
+@dataclass
+class FaultsConfig:
+    """Injected client faults, for robustness experiments: which clients misbehave and how.
+
+    ``clients`` maps a client id to one of :data:`FAULT_BEHAVIOURS` (``--set faults.clients.3=noise``).
+    ``noise``: weights drawn from N(0, ``noise_std``²), a random model; ``scale``: the update × ``factor``;
+    ``sign-flip``: the update negated; ``stale``: the unchanged model it was sent (a free rider); ``nan``:
+    NaN weights; ``lie-num-examples``: ``factor`` × its sample count (in its description too); ``crash``:
+    an error; ``drop``: no reply. The clients' standalone reference runs without faults.
+    """
+
+    clients: dict[str, Any] = field(default_factory=dict)
+    #: The multiplier of ``scale`` and ``lie-num-examples``.
+    factor: float = 100.0
+    #: The standard deviation of ``noise`` weights.
+    noise_std: float = 1.0
+    #: The first round the faults act in (the round-0 description lies from the start).
+    from_round: int = 1
+
+
+@dataclass
+class GuardsConfig:
+    """Server-side checks of each round's accepted updates, beyond the protocol checks (docs/reliability.md).
+
+    A guarded update is rejected, logged and recorded in ``metrics.jsonl`` like a malformed one.
+    """
+
+    #: Reject an update whose norm ‖w_i − w_sent‖ exceeds this × the median over the round's updates
+    #: (with 3 or more updates); None = off. 10 keeps honest non-IID clients and stops scaled or random ones.
+    update_norm_factor: float | None = None
+    #: Reject a reply whose num_examples exceeds this × the round's median num_examples; None = off.
+    num_examples_factor: float | None = None
+    #: Reject a reply (or description) claiming more samples than this; None = no bound.
+    max_num_examples: int | None = None
+    #: Undo a round whose aggregated global model is not finite (the round is logged and recorded).
+    rollback_non_finite: bool = True
+    #: Stop the run when every reply of this many consecutive rounds was rejected (0 = never).
+    max_all_rejected_rounds: int = 3
+
+
+@dataclass
+class EngineConfig:
+    """How the embedded engine runs the clients of a round (docs/performance.md)."""
+
+    #: "sequential": one client after another; "vectorized": the round's clients at once with torch.func
+    #: (trainers with FedAvg's, FedProx's or FedRS's training loop; SGD; no BatchNorm; submodel masks on
+    #: ``mlp200`` only), refused with the reason otherwise;
+    #: "auto": vectorized where it applies and the round has enough clients, else sequential (logged).
+    mode: str = "sequential"
+
+
+@dataclass
+class MethodConfig:
+    name: str = "fedavg"
+    params: dict[str, Any] = field(default_factory=dict)
+
+
+#: (section, key) -> the accepted values of a field that takes one of a few.
+CHOICES: dict[tuple[str, str], tuple[Any, ...]] = {
+    ("train", "optimizer"): ("sgd", "adam"),
+    ("train", "schedule"): ("constant", "cosine", "exponential"),
+    ("train", "device"): ("auto", "cpu", "cuda"),
+    ("engine", "mode"): ("sequential", "vectorized", "auto"),
+    ("eval", "fairness"): ("auto", True, False),
+}

@@ -1,0 +1,195 @@
+"""Validation of an experiment configuration: each value against its field's type, then the ranges.
+
+:func:`coerce_value` checks one value against its field's annotation (converting ints to floats where a
+float is expected, tables to what TOML can hold); :func:`check_ranges` checks what the types alone do not
+express, across sections. Every bad value raises :class:`~fedhet.errors.ConfigError` naming the field, the
+value and what is accepted. :func:`~fedhet.config.from_dict` calls both.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING, Any
+
+from fedhet.config_sections import CHOICES, FAULT_BEHAVIOURS
+from fedhet.errors import ConfigError
+
+if TYPE_CHECKING:
+    from fedhet.config import ExperimentConfig
+
+
+# --------------------------------------------------------------------------------------------------------
+# Validation
+# --------------------------------------------------------------------------------------------------------
+def _type_name(tp: Any) -> str:
+    return str(tp).replace("typing.", "")
+
+
+def coerce_value(section: str, name: str, value: Any, annotation: str) -> Any:
+    """Check ``value`` against the field's annotation (given as a string), converting ints to floats."""
+    where = f"{section}.{name}"
+    ann = annotation.replace(" ", "")
+    optional = "None" in ann
+    if value is None:
+        if optional:
+            return None
+        raise ConfigError(f"{where} must not be empty (None); expected {annotation}")
+    base = ann.replace("|None", "").replace("None|", "")
+    if base.startswith("dict"):
+        if not isinstance(value, dict):
+            raise ConfigError(f"{where}={value!r} must be a table/dict, e.g. {where}.alpha=0.1")
+        return _table(where, value)
+    if base == "float|int":
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise ConfigError(f"{where}={value!r} must be a number")
+        if not math.isfinite(value):
+            raise ConfigError(f"{where}={value!r} must be a finite number")
+        return value
+    if base == "str|bool":
+        if not isinstance(value, str | bool):
+            raise ConfigError(f"{where}={value!r} must be a string or boolean")
+        return value
+    if base == "bool":
+        if not isinstance(value, bool):
+            raise ConfigError(f"{where}={value!r} must be true or false")
+        return value
+    if base == "int":
+        if isinstance(value, bool) or not isinstance(value, int):
+            if isinstance(value, float) and value.is_integer():
+                return int(value)
+            raise ConfigError(f"{where}={value!r} must be an integer")
+        return value
+    if base == "float":
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise ConfigError(f"{where}={value!r} must be a number")
+        if not math.isfinite(value):
+            raise ConfigError(f"{where}={value!r} must be a finite number")
+        return float(value)
+    if base == "str":
+        if not isinstance(value, str):
+            raise ConfigError(f"{where}={value!r} must be a string")
+        return value
+    return value
+
+
+def _table(where: str, table: dict[Any, Any]) -> dict[str, Any]:
+    """A table value (e.g. method.params) as TOML can hold it: string keys; booleans, numbers, strings,
+    lists and tables as values. An entry set to None is dropped: None means the method's default."""
+    out: dict[str, Any] = {}
+    for key, value in table.items():
+        if not isinstance(key, str):
+            raise ConfigError(f"{where} has the key {key!r}; keys must be strings")
+        if value is None:
+            continue
+        out[key] = (
+            _table(f"{where}.{key}", value) if isinstance(value, dict) else _plain(f"{where}.{key}", value)
+        )
+    return out
+
+
+def _plain(where: str, value: Any) -> Any:
+    if isinstance(value, dict):
+        return _table(where, value)
+    if isinstance(value, list | tuple):
+        return [_plain(where, v) for v in value]
+    if isinstance(value, bool | int | float | str):
+        return value
+    raise ConfigError(
+        f"{where}={value!r} is a {type(value).__name__}; use a boolean, number, string, list or table"
+    )
+
+
+def check_ranges(cfg: ExperimentConfig) -> None:
+    """Range checks that the types alone do not express."""
+    d, t, e = cfg.data, cfg.train, cfg.eval
+
+    def need(cond: bool, msg: str) -> None:
+        if not cond:
+            raise ConfigError(msg)
+
+    for (sec, key), accepted in CHOICES.items():
+        value = getattr(getattr(cfg, sec), key)
+        need(value in accepted, f"{sec}.{key}={value!r} is not accepted; choose one of {list(accepted)}")
+    need(d.clients >= 1, f"data.clients={d.clients} must be >= 1")
+    need(
+        0.0 <= d.validation_fraction < 1.0,
+        f"data.validation_fraction={d.validation_fraction} must be in [0, 1)",
+    )
+    for key in ("max_train_samples", "max_test_samples"):
+        v = getattr(d, key)
+        need(v is None or v >= 1, f"data.{key}={v} must be >= 1 (or omitted for all samples)")
+    need(t.rounds >= 1, f"train.rounds={t.rounds} must be >= 1")
+    cpr = t.clients_per_round
+    if isinstance(cpr, float):
+        need(
+            0.0 < cpr <= 1.0,
+            f"train.clients_per_round={cpr}: a fraction must be in (0, 1]; use an int for a count",
+        )
+    else:
+        need(cpr >= 1, f"train.clients_per_round={cpr} must be >= 1")
+    need(
+        t.local_epochs > 0 or (t.local_steps or 0) > 0,
+        "train.local_epochs must be > 0 (or set train.local_steps)",
+    )
+    need(t.local_steps is None or t.local_steps >= 1, f"train.local_steps={t.local_steps} must be >= 1")
+    need(t.batch_size >= 1, f"train.batch_size={t.batch_size} must be >= 1")
+    need(t.lr > 0, f"train.lr={t.lr} must be > 0")
+    need(t.lr_min >= 0, f"train.lr_min={t.lr_min} must be >= 0 (the cosine schedule's final learning rate)")
+    need(
+        0.0 < t.lr_decay <= 1.0,
+        f"train.lr_decay={t.lr_decay} must be in (0, 1] (the exponential schedule's factor per round)",
+    )
+    if t.client_dropout > 0:
+        per_round = (
+            t.clients_per_round * d.clients if isinstance(t.clients_per_round, float) else t.clients_per_round
+        )
+        replying = (1.0 - t.client_dropout) * min(per_round, d.clients)
+        need(
+            replying >= 1.0 - 1e-9,  # (1 − 0.9)·10 is 0.9999999999999998
+            f"train.client_dropout={t.client_dropout} with {min(per_round, d.clients):g} clients per round "
+            f"leaves {replying:.2g} replying clients per round on average (fewer than one): most rounds "
+            "would train nothing. Lower train.client_dropout or sample more clients",
+        )
+    need(0.0 <= t.momentum < 1.0, f"train.momentum={t.momentum} must be in [0, 1)")
+    need(t.weight_decay >= 0, f"train.weight_decay={t.weight_decay} must be >= 0")
+    need(t.grad_clip is None or t.grad_clip > 0, f"train.grad_clip={t.grad_clip} must be > 0 (or omitted)")
+    need(0.0 <= t.client_dropout < 1.0, f"train.client_dropout={t.client_dropout} must be in [0, 1)")
+    need(t.threads is None or t.threads >= 1, f"train.threads={t.threads} must be >= 1")
+    need(e.every >= 1, f"eval.every={e.every} must be >= 1")
+    need(e.batch_size >= 1, f"eval.batch_size={e.batch_size} must be >= 1")
+    need(e.checkpoint_every >= 0, f"eval.checkpoint_every={e.checkpoint_every} must be >= 0")
+    need(0.0 < e.bcf_alpha <= 1.0, f"eval.bcf_alpha={e.bcf_alpha} must be in (0, 1]")
+    _check_faults(cfg)
+    g = cfg.guards
+    for key in ("update_norm_factor", "num_examples_factor"):
+        v = getattr(g, key)
+        need(v is None or v > 1.0, f"guards.{key}={v} must be > 1 (a multiple of the median), or omitted")
+    need(
+        g.max_num_examples is None or g.max_num_examples >= 1,
+        f"guards.max_num_examples={g.max_num_examples} must be >= 1 (or omitted for no bound)",
+    )
+    need(
+        g.max_all_rejected_rounds >= 0,
+        f"guards.max_all_rejected_rounds={g.max_all_rejected_rounds} must be >= 0 (0 = never stop)",
+    )
+
+
+def _check_faults(cfg: ExperimentConfig) -> None:
+    f, n = cfg.faults, cfg.data.clients
+    for key, behaviour in list(f.clients.items()):
+        if isinstance(behaviour, float) and math.isnan(behaviour):  # --set faults.clients.0=nan reads NaN
+            f.clients[key] = behaviour = "nan"
+        if not (isinstance(key, str) and key.isascii() and key.isdigit() and int(key) < n):
+            raise ConfigError(
+                f"faults.clients has key {key!r}; keys are client ids 0..{n - 1}, e.g. faults.clients.0=noise"
+            )
+        if behaviour not in FAULT_BEHAVIOURS:
+            raise ConfigError(
+                f"faults.clients.{key}={behaviour!r} is not a fault; choose one of {list(FAULT_BEHAVIOURS)}"
+            )
+    if not f.factor > 0:
+        raise ConfigError(f"faults.factor={f.factor} must be > 0")
+    if not f.noise_std > 0:
+        raise ConfigError(f"faults.noise_std={f.noise_std} must be > 0")
+    if f.from_round < 1:
+        raise ConfigError(f"faults.from_round={f.from_round} must be >= 1")
