@@ -53,7 +53,7 @@ FORMULAS: dict[str, list[str]] = {
         "x_maximize_class_logits",
         "x_grow_class_inputs",
     ],
-    "algorithms.submodel": [
+    "algorithms.allocation": [
         "x_sharpen_contributions",
         "x_reputation_thresholds",
         "x_candidate_sizes",
@@ -62,6 +62,8 @@ FORMULAS: dict[str, list[str]] = {
         "x_evidence_coverage",
         "x_relative_reputation",
         "x_relative_scores",
+    ],
+    "algorithms.submodel": [
         "xǁSubmodelStrategyǁallocate",
         "xǁSubmodelStrategyǁthreshold_base",
         "xǁSubmodelStrategyǁfix_reputation",

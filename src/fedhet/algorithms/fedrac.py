@@ -3,7 +3,8 @@
 methods.md §3, baselines.md §1.2-1.3, §2.7. FedRAC orders the units least-used first (the frequency table,
 its "rolling" allocation) and takes λ·(1 − 1/ln(ζt + κ)) of the global accuracy off each client's reputation
 threshold (its "dynamic reputation"); the paper's two ablations drop one each. The shared submodel machinery
-(contributions, candidates, allocation, masked averaging, batched evaluation) is in ``submodel.py``.
+is in ``submodel.py`` (the strategy) and ``allocation.py`` (contributions, candidates, allocation, masked
+averaging, batched evaluation).
 """
 
 from __future__ import annotations
