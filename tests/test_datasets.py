@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 import torch
 
-from fedhet.data import datasets, formats
-from fedhet.data.datasets import DATASET_NAMES, Dataset, dataset_status, load_dataset
+from fedhet.data import formats
+from fedhet.data.datasets import DATASET_NAMES, Dataset, dataset_status, load_dataset, locations
 from fedhet.errors import ConfigError, DataError
 
 # The official-format writers live in test_formats.py; its import name depends on whether tests/ is a package.
@@ -42,7 +42,7 @@ except ImportError:
 
 FASHION_DIR = Path("/usr/share/datasets/fashion-mnist")
 CIFAR_JPG = next(
-    (d / "cifar10-jpg.tar.gz" for d in datasets.SHARED_DATA_DIRS if (d / "cifar10-jpg.tar.gz").is_file()),
+    (d / "cifar10-jpg.tar.gz" for d in locations.SHARED_DATA_DIRS if (d / "cifar10-jpg.tar.gz").is_file()),
     None,
 )
 
@@ -93,7 +93,7 @@ def test_fashion_mnist_real():
 def cifar10(tmp_path_factory):
     """CIFAR-10 decoded once from the JPEG tarball into a private cache; yields (dataset, cache dir)."""
     if CIFAR_JPG is None:
-        pytest.skip(f"CIFAR-10 JPEG tarball absent from {[str(d) for d in datasets.SHARED_DATA_DIRS]}")
+        pytest.skip(f"CIFAR-10 JPEG tarball absent from {[str(d) for d in locations.SHARED_DATA_DIRS]}")
     cache = tmp_path_factory.mktemp("cifar-cache")
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("FEDHET_CACHE", str(cache))
@@ -303,7 +303,7 @@ def test_missing_dataset_names_every_place_and_the_fix(tmp_path, monkeypatch):
         tmp_path / "mine",
         tmp_path / "mine" / "svhn",
         tmp_path / "env",
-        *datasets.SHARED_DATA_DIRS[:1],
+        *locations.SHARED_DATA_DIRS[:1],
     ):
         assert str(place) in message
     assert "--data-root" in message and "http://ufldl.stanford.edu/housenumbers/" in message
@@ -312,7 +312,7 @@ def test_missing_dataset_names_every_place_and_the_fix(tmp_path, monkeypatch):
 
 
 def test_missing_fashion_mnist_suggests_apt(tmp_path, monkeypatch):
-    monkeypatch.setattr(datasets, "SYSTEM_FASHION_MNIST_DIR", tmp_path / "nowhere")
+    monkeypatch.setattr(locations, "SYSTEM_FASHION_MNIST_DIR", tmp_path / "nowhere")
     with pytest.raises(DataError) as info:
         load_dataset("fashion-mnist")
     message = str(info.value)
