@@ -1,0 +1,313 @@
+"""Result pages (docs/results/<name>.md): provenance, the table, figures and the causes of the gaps; the rows
+a page already holds, kept when a table is measured a few rows at a time; the index README.md."""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from fedhet.errors import ConfigError
+from fedhet.reproduce.figures import (
+    REWARD_METRICS,
+    accuracy_figure,
+    metric_figure,
+    rewards_figure,
+    weights_figure,
+)
+from fedhet.reproduce.render import render_markdown, row_label
+from fedhet.reproduce.spec import Spec, list_specs, load_spec
+
+#: A result page's first line: which table, scale and commit, and how many rows it holds measured.
+PAGE_MARK = "<!-- fedhet reproduce: table={table} scale={scale} commit={commit} rows={rows} -->"
+_PAGE_MARK = re.compile(
+    r"<!-- fedhet reproduce: table=(\S+) scale=(\S+) commit=(.+?)(?: rows=(\d+)/(\d+))? -->"
+)
+
+
+def cell_provenance(results: list[dict[str, Any]]) -> dict[str, Any]:
+    """The runs behind a page's cells (read from their summary.json): how many, their summed wall time, and
+    the fedhet commits that computed them (where recorded)."""
+    runs, seconds, commits = 0, 0.0, set()
+    seen = set()
+    for r in results:
+        if not (r["available"] and r.get("run_dir")):
+            continue
+        for m in r["methods"]:
+            for seed in r["seeds"]:
+                path = Path(r["run_dir"]) / f"{m}-seed{seed}" / "summary.json"
+                if path in seen or not path.is_file():
+                    continue
+                seen.add(path)
+                summary = json.loads(path.read_text())
+                runs += 1
+                seconds += float(summary.get("wall_time_s") or 0.0)
+                # every commit a run's rounds were computed at (a resumed run may have several); older
+                # summaries name one, read when they were written
+                stretches = summary.get("fedhet_commits") or [{"commit": summary.get("fedhet_commit")}]
+                commits.update(str(c["commit"]) for c in stretches if c.get("commit"))
+    return {"runs": runs, "run_seconds": seconds, "commits": sorted(commits)}
+
+
+def render_page(
+    spec: Spec,
+    results: list[dict[str, Any]],
+    *,
+    scale: str,
+    command: str,
+    commit: str,
+    wall_s: float,
+    machine: str,
+    figures: list[tuple[str, str]],
+    kept: PageRows | None = None,
+) -> str:
+    """A result page: provenance, the paper-layout table (ours ± std / paper / Δ), figures, and the
+    verified causes of the gaps. With ``kept`` (the page as it was), rows kept from it keep their lines,
+    commands, provenance and figures."""
+    table = render_markdown(spec, results, scale=scale).split("\n", 2)[2]  # without its "## title" line
+    cells = cell_provenance(results)
+    if cells["runs"]:
+        made = (
+            ", ".join(cells["commits"])
+            if cells["commits"]
+            else "not recorded (runs from before commits were)"
+        )
+        ran = [f"`{r['row']}`" for r in results if r["available"] and r.get("run_dir")]
+        which = f" (rows {', '.join(ran)})" if any(r.get("kept") for r in results) else ""
+        computed = (
+            f" Its {cells['runs']} runs{which} took {cells['run_seconds'] / 60:.1f} min of compute together; "
+            f"they were computed at commit {made}."
+        )
+    else:
+        computed = ""
+    kept_rows = [r["row"] for r in results if r.get("kept")]
+    commands = [c for c in (kept.commands if kept and kept_rows else []) if c != command] + [command]
+    lines = [
+        PAGE_MARK.format(table=spec.path.stem, scale=scale, commit=commit, rows=rows_measured(results)),
+        f"# {spec.title}",
+        "",
+        "Regenerate every number on this page with:"
+        if len(commands) == 1
+        else "Regenerate every number on this page with these commands, in this order (each measures the "
+        "rows it names; a later one keeps the rows already on the page, `--keep-page-rows`):",
+        "",
+        "```",
+        *commands,
+        "```",
+        "",
+        f"Page written at commit {commit}, scale **{scale}**, on {machine}; this invocation took "
+        f"{wall_s / 60:.1f} min (runs already finished in the output directory are reused, not rerun)."
+        f"{computed} Cells: ours as mean ± std over seeds / the paper's value / the difference.",
+    ]
+    own = [name for name in kept_rows if kept and name in kept.ran]  # kept rows that page measured itself
+    if kept and own:
+        names = ", ".join(f"`{name}`" for name in own)
+        lines += ["", f"{KEPT_PARAGRAPH} at commit {kept.commit}: {names}. {kept.provenance}".rstrip()]
+    if kept and kept_rows:
+        for earlier in kept.earlier:  # what an earlier keeping said of rows still kept
+            if any(f"`{name}`" in earlier for name in kept_rows):
+                lines += ["", earlier]
+    lines += ["", table.rstrip()]
+    for title, rel in figures:
+        lines += ["", f"![{title}]({rel})"]
+    lines += ["", "## Gaps and their causes", ""]
+    lines.append(
+        spec.gaps.strip()
+        if spec.gaps.strip()
+        else "No cause has been verified for these differences yet; none is claimed."
+    )
+    if scale != "full":
+        lines += [
+            "",
+            f"This page is at the **{scale}** scale ({spec.at_scale(scale).note}); differences to the paper "
+            "include what that scale cut.",
+        ]
+    return "\n".join(lines) + "\n"
+
+
+def write_page(
+    spec: Spec,
+    results: list[dict[str, Any]],
+    page: Path,
+    *,
+    scale: str,
+    command: str,
+    commit: str,
+    wall_s: float,
+    kept: PageRows | None = None,
+) -> Path:
+    """Write ``page`` (and its figures beside it, in figures/) and refresh the index README.md there.
+    With ``kept`` (rows kept from the page as it was), the new figures are named after the rows run now, so
+    the kept rows' figures stay beside them."""
+    from fedhet.report.provenance import machine_line
+
+    figures = []
+    fig_dir = page.parent / "figures"
+    keeping = bool(kept) and any(r.get("kept") for r in results)
+    ran = [Path(r["run_dir"]).name for r in results if r["available"] and r.get("run_dir")]
+    tag = "-" + "+".join(dict.fromkeys(ran)) if keeping and ran else ""
+    reward_table = spec.metric in REWARD_METRICS
+    for title, fn, suffix in (
+        ("the table's metric over rounds", metric_figure, "metric"),
+        ("accuracy over rounds", accuracy_figure, "accuracy"),
+        ("final rewards against standalone accuracies", rewards_figure, "rewards")
+        if reward_table
+        else ("final contribution weights or rewards", weights_figure, "weights"),
+    ):
+        made = fn(spec, results, fig_dir / f"{page.stem}-{suffix}{tag}.png")
+        if made is not None:
+            figures.append((title + (f" (rows {', '.join(ran)})" if tag else ""), f"figures/{made.name}"))
+    if keeping:  # the kept rows' figures, where their files still are
+        new = {rel for _, rel in figures}
+        figures += [(t, rel) for t, rel in kept.figures if rel not in new and (page.parent / rel).is_file()]
+    page.parent.mkdir(parents=True, exist_ok=True)
+    page.write_text(
+        render_page(
+            spec,
+            results,
+            scale=scale,
+            command=command,
+            commit=commit,
+            wall_s=wall_s,
+            machine=machine_line(),
+            figures=figures,
+            kept=kept,
+        )  # fmt: skip
+    )
+    write_index(page.parent)
+    return page
+
+
+def rows_measured(results: list[dict[str, Any]]) -> str:
+    """``k/n``: the rows this page holds measured (run now or kept), of those that can run here (a row left
+    out with ``--rows`` counts in n; a row whose data are not here does not)."""
+    ran = sum(1 for r in results if (r["available"] and r.get("run_dir")) or r.get("kept"))
+    left_out = sum(1 for r in results if not r["available"] and r.get("left_out") and not r.get("kept"))
+    return f"{ran}/{ran + left_out}"
+
+
+# --------------------------------------------------------------------------------------------------------
+# A table measured a few rows at a time: --keep-page-rows
+# --------------------------------------------------------------------------------------------------------
+#: How a page begins the paragraph on rows it kept from the page as it was.
+KEPT_PARAGRAPH = "Rows kept from the page as it was"
+
+
+@dataclass
+class PageRows:
+    """What a result page already holds, for the rows a new reproduction does not run (read back from the
+    page as :func:`render_page` wrote it)."""
+
+    commit: str  # the commit the page was written at
+    lines: dict[str, str]  # row label (its name, and its metric where the row has its own) -> table line
+    notes: dict[str, str]  # row name -> its "- row: note" line under the table
+    commands: list[str]  # the page's regenerating commands
+    provenance: str  # what the page said of the runs it ran ("Its N runs took ...")
+    ran: list[str]  # the rows those runs measured (the rest of its measured rows it had kept itself)
+    earlier: list[str]  # its own paragraphs on rows it had kept
+    figures: list[tuple[str, str]]  # (title, path relative to the page)
+
+
+def read_page_rows(page: Path, spec: Spec, scale: str) -> PageRows:
+    """The measured rows of ``page``, a result page of ``spec`` at ``scale``, with their provenance."""
+    lines = page.read_text().splitlines()
+    mark = _PAGE_MARK.match(lines[0]) if lines else None
+    if mark is None:
+        raise ConfigError(
+            f"{page} is not a result page written by `fedhet reproduce --page` (its first line is not the "
+            "page mark); write it without --keep-page-rows, or give another --page"
+        )
+    if (mark.group(1), mark.group(2)) != (spec.path.stem, scale):
+        raise ConfigError(
+            f"{page} holds table {mark.group(1)} at scale {mark.group(2)}, not {spec.path.stem} at {scale}: "
+            "rows are kept only from a page of the same table and scale (give that page's --scale, or "
+            "another --page)"
+        )
+    body = lines[: lines.index("## Gaps and their causes")] if "## Gaps and their causes" in lines else lines
+    labels = {row_label(spec, row): row.name for row in spec.rows}
+    table = {
+        label: ln
+        for ln in body
+        for label in labels
+        if ln.startswith(f"| {label} | ") and "← not run" not in ln
+    }
+    notes = {name: ln for ln in body for name in labels.values() if ln.startswith(f"- {name}: ")}
+    fence = [i for i, ln in enumerate(body) if ln == "```"]
+    commands = body[fence[0] + 1 : fence[1]] if len(fence) >= 2 else []
+    written = next((ln for ln in body if ln.startswith("Page written at commit")), "")
+    ran = re.search(r"(Its \d+ runs? .*?took .*?\.)(?: Cells:|$)", written)
+    provenance = f"That page said of the runs it ran: {ran.group(1)}" if ran else ""
+    earlier = [ln for ln in body if ln.startswith(KEPT_PARAGRAPH)]
+    named = re.search(r"runs \(rows (.*?)\) took", written)
+    if named:  # a page that kept rows names the rows its own runs measured
+        ran_rows = re.findall(r"`([^`]+)`", named.group(1))
+    else:  # an older page ran every measured row it did not keep
+        kept_earlier = {name for p in earlier for name in re.findall(r"`([^`]+)`", p.split(". ")[0])}
+        ran_rows = [labels[label] for label in table if labels[label] not in kept_earlier]
+    figures = [
+        (m.group(1), m.group(2)) for ln in body if (m := re.fullmatch(r"!\[(.*)\]\((figures/[^)]+)\)", ln))
+    ]
+    return PageRows(
+        commit=mark.group(3),
+        lines=table,
+        notes=notes,
+        commands=commands,
+        provenance=provenance,
+        ran=ran_rows,
+        earlier=earlier,
+        figures=figures,
+    )
+
+
+def keep_page_rows(spec: Spec, results: list[dict[str, Any]], kept: PageRows) -> list[dict[str, Any]]:
+    """``results`` with every row this reproduction left out (``--rows``) and the page holds measured
+    taken from the page: its line as printed, its note and its differences to the paper (Δ as printed)."""
+    labels = {row.name: row_label(spec, row) for row in spec.rows}
+    out = []
+    for r in results:
+        line = kept.lines.get(labels.get(r["row"], ""))
+        if r.get("left_out") and line:
+            diffs = [float(d) for d in re.findall(r"Δ ([+-][0-9.]+)", line)]
+            r = {**r, "kept": {"line": line, "note": kept.notes.get(r["row"]), "diffs": diffs}}
+        out.append(r)
+    return out
+
+
+def write_index(pages_dir: Path) -> Path:
+    """``README.md`` of the result pages: every reproduction table, its page and scale where one exists."""
+    pages = {}
+    for p in sorted(pages_dir.glob("*.md")):
+        if p.name == "README.md":
+            continue
+        head = p.read_text().split("\n", 1)[0]
+        m = _PAGE_MARK.match(head)
+        if m:
+            some = m.group(4) is not None and m.group(4) != m.group(5)
+            pages[m.group(1)] = (
+                p.name,
+                m.group(2) + (f" ({m.group(4)} of {m.group(5)} rows)" if some else ""),
+                m.group(3),
+            )
+    lines = [
+        "# Reproduction results",
+        "",
+        "One page per published table, each regenerated by the command printed on it "
+        "(`fedhet reproduce NAME --scale quick|cpu|full --page docs/results/NAME.md`). `fedhet reproduce "
+        "--list` lists the tables. Rows whose data are not obtainable offline are listed on each page and "
+        "run for a user who passes `--set data.root=DIR`.",
+        "",
+        "| table | what | page | scale | commit |",
+        "|---|---|---|---|---|",
+    ]
+    for name in list_specs():
+        spec = load_spec(name)
+        if name in pages:
+            file, scale, commit = pages[name]
+            lines.append(f"| `{name}` | {spec.title} | [{file}]({file}) | {scale} | {commit} |")
+        else:
+            lines.append(f"| `{name}` | {spec.title} | not measured yet | | |")
+    index = pages_dir / "README.md"
+    index.write_text("\n".join(lines) + "\n")
+    return index

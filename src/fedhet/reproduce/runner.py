@@ -1,0 +1,147 @@
+"""Run a table's cells: each row's methods and seeds through :func:`fedhet.comparison.run_comparison`, at a
+scale, reusing the runs already finished in the output directory; one result dict per row."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from fedhet.config import ExperimentConfig, apply_override, load_config, parse_set_args
+from fedhet.reproduce.spec import Row, Spec
+
+
+def _data_missing(cfg: ExperimentConfig) -> str:
+    """'' if the row's dataset is available here, else a note saying what is missing."""
+    from fedhet.data.datasets import dataset_status
+
+    for status in dataset_status(cfg.data.root):
+        if status["name"] == cfg.data.dataset:
+            return (
+                ""
+                if status["available"]
+                else f"{cfg.data.dataset} not available here (pass --set data.root=DIR)"
+            )
+    return ""
+
+
+def rows_without_data(spec: Spec) -> list[str]:
+    """Names of the rows that cannot run here: marked unavailable, or their dataset is not found."""
+    out = []
+    for row in spec.rows:
+        if not row.available or _data_missing(row_config(row, [])):
+            out.append(row.name)
+    return out
+
+
+def row_config(row: Row, overrides: list[str]) -> ExperimentConfig:
+    """The row's config with its own ``set`` overrides, then ``overrides``."""
+    return configured(row.config, row.overrides + overrides)
+
+
+def configured(path: Path, overrides: list[str]) -> ExperimentConfig:
+    """The config file at ``path`` with ``--set``-style ``overrides`` applied in order."""
+    cfg = load_config(path)
+    for key, value in parse_set_args(overrides):
+        apply_override(cfg, key, value)
+    return cfg
+
+
+def run_spec(
+    spec: Spec,
+    *,
+    seeds: int | None = None,
+    overrides: list[str] | None = None,
+    rows: str | Sequence[str] | None = None,
+    methods: list[str] | None = None,
+    out_dir: Path,
+    progress=None,
+    jobs: int = 1,
+    scale: str = "full",
+) -> list[dict[str, Any]]:
+    """Run the selected rows at ``scale``; one result dict per row with our mean/std and the paper's value
+    per method. The scale's overrides come first, ``overrides`` (the user's) after them. ``rows``: the text
+    (or texts) a row's name must contain to run; the others are listed as not part of this reproduction.
+
+    Runs already finished in ``out_dir`` are reused (see :func:`fedhet.comparison.run_comparison`), so an
+    interrupted reproduction continues where it stopped.
+    """
+    from fedhet.comparison import VIEW_KEYS, aggregate_rows, run_comparison
+
+    chosen = spec.at_scale(scale)
+    wanted_rows = [rows] if isinstance(rows, str) else list(rows or [])  # a row matching any is run
+    user = list(overrides or [])
+    n_seeds = seeds or chosen.seeds or spec.seeds
+    results = []
+    done: dict[tuple, tuple[dict[str, Any], Path]] = {}  # rows that share their runs (e.g. two metrics)
+    for row in spec.rows:
+        wanted = [m for m in (methods or spec.methods) if not row.methods or m in row.methods]
+        own = row.scale_overrides.get(scale, [])  # the row's own cuts at this scale, after the scale's
+        overrides = [*chosen.overrides, *own, *user]
+        note = row.note + (f" At the {scale} scale this row also sets {', '.join(own)}." if own else "")
+        entry: dict[str, Any] = {
+            "row": row.name,
+            "metric": row.metric or spec.metric,
+            "available": row.available,
+            "note": note.strip(),
+            "methods": {},
+        }
+        if not row.available:
+            for m in wanted:
+                entry["methods"][m] = {"paper": row.paper.get(m)}
+            results.append(entry)
+            continue
+        base = row_config(row, overrides or [])
+        missing = _data_missing(base)
+        left_out = bool(wanted_rows) and not any(w.lower() in row.name.lower() for w in wanted_rows)
+        if missing or left_out:  # listed, so a page says which rows it lacks and why
+            made_with = " ".join(f"--rows {w!r}" for w in wanted_rows)
+            note = missing or f"not part of this reproduction (made with {made_with})"
+            entry.update(available=False, note=note, left_out=not missing)
+            for m in wanted:
+                entry["methods"][m] = {"paper": row.paper.get(m)}
+            results.append(entry)
+            continue
+        seed_list = [base.seed + i for i in range(n_seeds)]
+        params = {m: {**spec.method_params.get(m, {}), **row.method_params.get(m, {})} for m in wanted}
+        slug = row.folder
+        if row.warmstart is not None:  # phase A first; the row's methods start from its models
+            warm_config, warm_method = row.warmstart
+            warm = configured(warm_config, row.overrides + overrides)
+            warm_dir = out_dir / f"{slug}-warmstart"
+            run_comparison(warm, [warm_method], seed_list, warm_dir, progress=progress, jobs=jobs)
+            base.model.init_from = str(warm_dir / f"{warm_method}-seed{{seed}}")
+        key = (base.fingerprint(), tuple(wanted), tuple(seed_list), json.dumps(params, sort_keys=True))
+        if key not in done:
+            while any(d[1] == out_dir / slug for d in done.values()):
+                slug += "-b"
+            summaries = run_comparison(
+                base, wanted, seed_list, out_dir / slug, method_params=params, progress=progress, jobs=jobs
+            )
+            done[key] = ({r["method"]: r for r in aggregate_rows(summaries)}, out_dir / slug)
+        agg, run_dir = done[key]
+        entry.update(
+            {
+                "rounds": base.train.rounds,
+                "seeds": seed_list,
+                "clients": base.data.clients,
+                "model": base.model.name,
+                "run_dir": str(run_dir),
+            }
+        )
+        key_mean, key_std = VIEW_KEYS[spec.view]
+        metric = entry["metric"]
+        factor = row.scale if row.scale is not None else spec.scale
+        for m in wanted:
+            mean = agg[m][key_mean].get(metric)
+            std = agg[m][key_std].get(metric)
+            entry["methods"][m] = {
+                "ours": None if mean is None else factor * mean,
+                "ours_std": None if std is None else factor * std,
+                "defined_seeds": agg[m]["defined"][spec.view].get(metric),  # seeds with a value (None: n/a)
+                "paper": row.paper.get(m),
+                "diverged": agg[m].get("diverged") or {},  # seed -> round the engine stopped the run in
+            }
+        results.append(entry)
+    return results
