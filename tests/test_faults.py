@@ -126,7 +126,13 @@ def test_failing_and_non_finite_clients_are_recorded_and_the_rounds_go_on(tmp_pa
 
 
 def test_a_lying_client_captures_fedavg_by_its_claimed_size(tmp_path):
-    cfg = digits_config(faults__clients={"0": "lie-num-examples"}, faults__factor=50.0, eval__every=3)
+    """The fault itself, with the guard that stops it turned off (it is on by default)."""
+    cfg = digits_config(
+        faults__clients={"0": "lie-num-examples"},
+        faults__factor=50.0,
+        eval__every=3,
+        guards__num_examples_factor=0,
+    )
     make_simulation(cfg, run_dir=tmp_path / "run").run()
     sizes = json.loads((tmp_path / "run" / "partition.json").read_text())["sizes"]
     claimed = 50 * sizes[0]
@@ -135,17 +141,25 @@ def test_a_lying_client_captures_fedavg_by_its_claimed_size(tmp_path):
     assert share == pytest.approx(expected, rel=1e-12) and share > 0.9
 
 
-def test_the_guards_reject_scaled_and_lying_clients_and_nothing_else(tmp_path):
-    guards = {"guards__update_norm_factor": 10.0, "guards__num_examples_factor": 10.0}
-    clean = digits_config(**guards)
+def test_the_default_guards_reject_scaled_and_lying_clients_and_nothing_else(tmp_path):
+    """On by default (factor 10 both): a clean run rejects nothing and is bit for bit the run without them
+    (one code path, one machine); a scaled and a lying client are rejected every round; off, they pass."""
+    clean = digits_config()
+    assert (clean.guards.update_norm_factor, clean.guards.num_examples_factor) == (10.0, 10.0)
     make_simulation(clean, run_dir=tmp_path / "clean").run()
     assert all("rejected" not in line for line in lines_of(tmp_path / "clean"))
-    hostile = digits_config(faults__clients={"0": "scale", "1": "lie-num-examples"}, **guards)
+    off = {"guards__update_norm_factor": 0, "guards__num_examples_factor": 0}
+    make_simulation(digits_config(**off), run_dir=tmp_path / "clean-off").run()
+    assert (tmp_path / "clean" / "metrics.jsonl").read_bytes() == (
+        tmp_path / "clean-off" / "metrics.jsonl"
+    ).read_bytes()
+    hostile = digits_config(faults__clients={"0": "scale", "1": "lie-num-examples"})
     make_simulation(hostile, run_dir=tmp_path / "hostile").run()
     for line in lines_of(tmp_path / "hostile"):
         assert line["clients"] == [2, 3, 4]
         assert "update norm" in line["rejected"]["0"] and "num_examples" in line["rejected"]["1"]
-    unguarded = digits_config(faults__clients={"0": "scale"})
+        assert "guards.update_norm_factor" in line["rejected"]["0"]  # the message names the knob
+    unguarded = digits_config(faults__clients={"0": "scale"}, **off)
     make_simulation(unguarded, run_dir=tmp_path / "unguarded").run()
     assert all(0 in line["clients"] for line in lines_of(tmp_path / "unguarded"))
 
@@ -267,14 +281,21 @@ def test_median_rescaled_evidence_divides_each_row_by_its_median():
 
 
 def test_robust_celm_does_not_hand_a_random_model_the_weight(tmp_path):
-    def hostile_weight(scale: str) -> float:
+    """The paper's estimate hands a random model most of the weight when nothing stops it (guards off); the
+    median-rescaled evidence does not; with the default guards the random model never reaches CELM at all."""
+
+    def hostile(scale: str, guards: float) -> tuple[float, dict]:
         cfg = digits_config(clients=5, rounds=2, faults__clients={"0": "noise"})
         cfg.train.local_steps, cfg.train.local_epochs = None, 5.0  # honest models that learnt something
+        cfg.guards.update_norm_factor = guards
         cfg.method.name = "celm"
         cfg.method.params = {"probe_steps": 50, "warmup_fraction": 0.5, "evidence_scale": scale}
-        make_simulation(cfg, run_dir=tmp_path / scale).run()
-        return lines_of(tmp_path / scale)[0]["contributions"][0]
+        make_simulation(cfg, run_dir=tmp_path / f"{scale}-{guards}").run()
+        first = lines_of(tmp_path / f"{scale}-{guards}")[0]
+        return first["contributions"][0], first.get("rejected", {})
 
-    faithful, robust = hostile_weight("off"), hostile_weight("median")
+    (faithful, _), (robust, _) = hostile("off", 0), hostile("median", 0)
     assert faithful > 0.5, faithful  # the paper's estimate: the random model holds most of the weight
     assert robust < 0.2, robust  # below the fair share 1/5 (0.116 measured)
+    defended, rejected = hostile("off", 10.0)  # the defaults: the paper's estimate behind the norm guard
+    assert list(rejected) == ["0"] and defended == 0.0

@@ -117,20 +117,30 @@ class FaultsConfig:
 class GuardsConfig:
     """Server-side checks of each round's accepted updates, beyond the protocol checks (docs/reliability.md).
 
-    A guarded update is rejected, logged and recorded in ``metrics.jsonl`` like a malformed one.
+    A guarded update is rejected, logged and recorded in ``metrics.jsonl`` like a malformed one. The two
+    median guards are on by default for every method: a run in which they reject nothing is the run without
+    them, bit for bit (they only read the updates).
     """
 
     #: Reject an update whose norm ‖w_i − w_sent‖ exceeds this × the median over the round's updates
-    #: (with 3 or more updates); None = off. 10 keeps honest non-IID clients and stops scaled or random ones.
-    update_norm_factor: float | None = None
-    #: Reject a reply whose num_examples exceeds this × the round's median num_examples; None = off.
-    num_examples_factor: float | None = None
+    #: (with 3 or more updates); 0 = off. 10 keeps honest non-IID clients (the largest honest ratio measured
+    #: on the shipped experiments is under 2) and stops scaled or random ones.
+    update_norm_factor: float | None = 10.0
+    #: Reject a reply whose num_examples exceeds this × the round's median num_examples; 0 = off. A client
+    #: that truly holds more than 10× the median needs a larger factor (its rejection says so).
+    num_examples_factor: float | None = 10.0
     #: Reject a reply (or description) claiming more samples than this; None = no bound.
     max_num_examples: int | None = None
     #: Undo a round whose aggregated global model is not finite (the round is logged and recorded).
     rollback_non_finite: bool = True
     #: Stop the run when every reply of this many consecutive rounds was rejected (0 = never).
     max_all_rejected_rounds: int = 3
+
+    def __post_init__(self) -> None:
+        # "none" (the CLI's word for no value) turns a median guard off, as 0 does; 0 is what TOML can hold
+        for key in ("update_norm_factor", "num_examples_factor"):
+            if getattr(self, key) is None:
+                setattr(self, key, 0.0)
 
 
 @dataclass

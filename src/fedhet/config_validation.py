@@ -163,7 +163,7 @@ def check_ranges(cfg: ExperimentConfig) -> None:
     g = cfg.guards
     for key in ("update_norm_factor", "num_examples_factor"):
         v = getattr(g, key)
-        need(v is None or v > 1.0, f"guards.{key}={v} must be > 1 (a multiple of the median), or omitted")
+        need(v == 0 or v > 1.0, f"guards.{key}={v} must be > 1 (a multiple of the median), or 0 (off)")
     need(
         g.max_num_examples is None or g.max_num_examples >= 1,
         f"guards.max_num_examples={g.max_num_examples} must be >= 1 (or omitted for no bound)",

@@ -66,19 +66,23 @@ def guard_updates(
                     f"num_examples={reply.num_examples} exceeds guards.max_num_examples="
                     f"{guards.max_num_examples}"
                 )
-    if guards.num_examples_factor is not None:
+    if guards.num_examples_factor:  # 0 = off
         counts = {cid: float(r.num_examples) for cid, r in replies.items()}
-        rejected.update(_above_median(counts, guards.num_examples_factor, "num_examples", rejected))
-    if guards.update_norm_factor is not None:
+        rejected.update(
+            _above_median(counts, guards.num_examples_factor, "num_examples", rejected, "num_examples_factor")
+        )
+    if guards.update_norm_factor:
         if norms is None:
             norms = update_norms(replies, sent)
         kept = {cid: norms[cid] for cid in replies if cid not in rejected}
-        rejected.update(_above_median(kept, guards.update_norm_factor, "update norm", rejected))
+        rejected.update(
+            _above_median(kept, guards.update_norm_factor, "update norm", rejected, "update_norm_factor")
+        )
     return rejected
 
 
 def _above_median(
-    values: Mapping[int, float], factor: float, what: str, already: Mapping[int, str]
+    values: Mapping[int, float], factor: float, what: str, already: Mapping[int, str], key: str
 ) -> dict[int, str]:
     """The clients whose value exceeds ``factor`` × the median over the round (3 or more values)."""
     if len(values) < MIN_UPDATES_FOR_MEDIAN:
@@ -86,7 +90,8 @@ def _above_median(
     median = float(np.median(list(values.values())))
     bound = factor * median
     return {
-        cid: f"{what} {v:.4g} exceeds {factor:g} × the round's median {median:.4g}"
+        cid: f"{what} {v:.4g} exceeds {factor:g} × the round's median {median:.4g} (guards.{key}; "
+        f"if this client is honest, raise it, or set it to 0 to turn the guard off)"
         for cid, v in values.items()
         if cid not in already and v > bound
     }

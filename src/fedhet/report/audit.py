@@ -3,7 +3,7 @@
 It reads what a run recorded and the server could know: the contribution weights (or rewards) per round,
 the self-described sample counts, CELM's per-class evidence, the update norms ‖w_i − w_sent‖ and the
 rejected or failed updates. It never reads the split's ground truth (``partition.json``): that is kept
-for :func:`ground_truth`, which validates the flags (tools/audit_validation.py, docs/audit.md).
+for :func:`ground_truth`, which validates the flags (``fedhet study audit-validation``, docs/audit.md).
 
 The flags, each with the numbers behind it (thresholds in :class:`AuditSettings`):
 
@@ -32,6 +32,7 @@ from typing import Any
 
 import numpy as np
 
+from fedhet.config import from_dict
 from fedhet.errors import ConfigError
 from fedhet.report import figures as F
 from fedhet.report.artifacts import celm_evidence, float_array
@@ -278,11 +279,11 @@ def ground_truth(run_dir: Path, s: AuditSettings | None = None) -> dict[str, lis
     dominant = (counts >= s.dominant_share * np.where(totals > 0, totals, np.inf)).any(axis=1)
     truth["maverick"] = [int(i) for i in np.flatnonzero(dominant)]
     config = tomllib.loads((run_dir / "config.toml").read_text())
-    guards = config.get("guards", {})
+    guards = from_dict({"guards": config.get("guards", {})}).guards  # the defaults where the run set none
     refused = {"nan"}  # non-finite updates are always refused; the others only by the guards that catch them
-    if guards.get("update_norm_factor") is not None:
+    if guards.update_norm_factor:
         refused |= {"noise", "scale"}
-    if guards.get("num_examples_factor") is not None or guards.get("max_num_examples") is not None:
+    if guards.num_examples_factor or guards.max_num_examples is not None:
         refused.add("lie-num-examples")
     for cid, behaviour in config.get("faults", {}).get("clients", {}).items():
         if behaviour in refused:
