@@ -29,6 +29,8 @@ from fedhet.errors import ConfigError
 log = logging.getLogger("fedhet")
 
 ConfigLike = str | os.PathLike | ExperimentConfig | Mapping[str, Any] | None
+#: progress_bars(description, total_rounds) -> the per-round callback(round, total_rounds, line) of one bar
+ProgressBars = Callable[[str, int], Callable[[int, int, dict[str, Any]], None]]
 
 
 @dataclass
@@ -86,6 +88,8 @@ class CompareResult:
     rows: list[dict[str, Any]]
     runs: dict[str, list[RunResult]]
     out_dir: Path
+    #: The configuration every method started from, with the method defaults applied (as compare.json).
+    config: ExperimentConfig | None = field(default=None, repr=False)
 
     def to_csv(self, path: str | os.PathLike) -> Path:
         """Write :attr:`rows` as CSV (what ``fedhet compare`` writes to ``compare.csv``)."""
@@ -143,38 +147,126 @@ def _use_dataset(cfg: ExperimentConfig, dataset: Any) -> None:
     cfg.data.dataset = dataset.name
 
 
+#: The engines :func:`run` drives.
+ENGINES = ("embedded", "flower-simulation")
+
+
 def run(
     config: ConfigLike = None,
     *,
     overrides: Mapping[str, Any] | None = None,
     out: str | os.PathLike | None = None,
     overwrite: bool = False,
+    resume: bool = False,
     dataset: Any = None,
     progress: Callable[[int, dict[str, Any]], None] | None = None,
+    engine: str = "embedded",
+    progress_bars: ProgressBars | None = None,
+    notify: Callable[[str], None] | None = None,
 ) -> RunResult:
-    """Run one experiment in the embedded engine and return its result.
+    """Run one experiment and return its result (what ``fedhet run`` does).
 
     ``out``: the run directory (written as by ``fedhet run``: config, metrics.jsonl, summary, checkpoints);
-    None keeps nothing on disk. ``dataset``: a :class:`fedhet.data.Dataset` to train on (registered under
-    its name). ``progress(round, line)`` is called after every round. Method defaults (a validation split
-    for CFFL/FedRAC, their model) are applied as in the CLI, with a logged notice.
+    None keeps nothing on disk. ``resume``: continue the interrupted run in ``out`` from its last checkpoint;
+    its config is the run's own (``config`` None reads ``out/config.toml``) and method defaults are not
+    applied again. ``dataset``: a :class:`fedhet.data.Dataset` to train on (registered under its name).
+    ``progress(round, line)`` is called after every round. ``engine``: ``"embedded"`` (one process) or
+    ``"flower-simulation"`` (Flower's simulation engine, Ray; needs fedhet[flower]). ``progress_bars``
+    opens one progress display per simulation (the standalone pre-pass where the run needs it, then the
+    run). Method defaults (a validation split for CFFL/FedRAC, their model) are applied as in the CLI, each
+    with a notice passed to ``notify`` (default: logged).
     """
     from fedhet.algorithms import build_strategy
     from fedhet.engine.rundir import check_run_dir
-    from fedhet.experiment import apply_method_defaults, make_simulation
+    from fedhet.experiment import (
+        apply_method_defaults,
+        make_simulation,
+        needs_reference,
+        standalone_accuracies,
+    )
 
+    if engine not in ENGINES:
+        raise ConfigError(f"engine {engine!r} is not one of {list(ENGINES)}")
+    if resume and out is None:
+        raise ConfigError("resume continues the run directory given as out; pass out=RUN_DIR")
+    if resume and overrides:
+        raise ConfigError(
+            "resume continues the run exactly as its config.toml says; overrides would change it"
+        )
+    if resume and engine != "embedded":
+        raise ConfigError("resume works with the embedded engine only (Flower nodes keep their own state)")
+    if resume and config is None:
+        config = Path(out) / "config.toml"
+    notify = notify or _log_notice
     cfg = as_config(config, overrides)
     _use_dataset(cfg, dataset)
-    strategy = build_strategy(cfg.method.name, cfg.method.params)
-    for notice in apply_method_defaults(cfg, [strategy]):
-        log.warning("note: %s", notice)
+    strategy = build_strategy(cfg.method.name, cfg.method.params)  # a bad method fails before any work
+    if not resume:  # a resumed run's config.toml holds them already (and any value the user chose instead)
+        for notice in apply_method_defaults(cfg, [strategy]):
+            notify(f"note: {notice}")
     run_dir = Path(out) if out is not None else None
     if run_dir is not None:
-        check_run_dir(run_dir, resume=False, overwrite=overwrite)
-    per_round = None if progress is None else (lambda rnd, _total, line: progress(rnd, line))
-    sim = make_simulation(cfg, run_dir=run_dir, strategy=strategy, overwrite=overwrite, progress=per_round)
+        check_run_dir(run_dir, resume=resume, overwrite=overwrite)
+    if engine == "flower-simulation":
+        from fedhet.engine.boundary import check_transport
+        from fedhet.flower import require_flower
+
+        require_flower()
+        check_transport(strategy, "flower")
+    reference = None
+    if needs_reference(cfg, strategy):  # the standalone pre-pass (cached), with its own bar
+        bar = _bar(progress_bars, f"standalone seed {cfg.seed} (reference accuracies)", cfg.train.rounds)
+        reference = standalone_accuracies(cfg, progress=bar)
+    per_round = _per_round(
+        _bar(progress_bars, f"{cfg.method.name} seed {cfg.seed}", cfg.train.rounds), progress
+    )
+    if engine == "flower-simulation":
+        from fedhet.flower.server import run_flower_simulation
+
+        summary = run_flower_simulation(
+            cfg,
+            run_dir,
+            strategy=strategy,
+            reference_contributions=reference,
+            progress=per_round,
+            overwrite=overwrite,
+        )
+        return RunResult.from_summary(summary)
+    sim = make_simulation(
+        cfg,
+        run_dir=run_dir,
+        progress=per_round,
+        resume=resume,
+        overwrite=overwrite,
+        strategy=strategy,
+        reference_contributions=reference,
+    )
     summary = sim.run()
     return RunResult.from_summary(summary, metrics=[dict(line) for line in sim.history])
+
+
+def _log_notice(message: str) -> None:
+    log.warning("%s", message)
+
+
+def _bar(progress_bars: ProgressBars | None, description: str, total: int) -> Callable[..., None] | None:
+    return None if progress_bars is None else progress_bars(description, total)
+
+
+def _per_round(
+    bar: Callable[[int, int, dict[str, Any]], None] | None,
+    progress: Callable[[int, dict[str, Any]], None] | None,
+) -> Callable[[int, int, dict[str, Any]], None] | None:
+    """The engine's per-round callback: the progress bar's, then the caller's ``progress(round, line)``."""
+    if progress is None:
+        return bar
+
+    def per_round(rnd: int, total: int, line: dict[str, Any]) -> None:
+        if bar is not None:
+            bar(rnd, total, line)
+        progress(rnd, line)
+
+    return per_round
 
 
 def compare(
@@ -188,15 +280,20 @@ def compare(
     jobs: int = 1,
     rerun: bool = False,
     dataset: Any = None,
+    progress_bars: ProgressBars | None = None,
+    notify: Callable[[str], None] | None = None,
 ) -> CompareResult:
     """Run ``methods`` on the same splits for every seed, as ``fedhet compare`` does, and aggregate.
 
-    ``out`` defaults to a new temporary directory (the runs stay there). Finished cells in ``out`` are
-    reused unless ``rerun``. With ``jobs > 1`` cells run in worker processes, which see a method, model or
-    data set registered in Python only if the registration happens when the calling script is imported
-    (or through an entry point).
+    ``out`` defaults to a new temporary directory (the runs stay there); the rows are written there as
+    ``compare.json`` (with the config) and ``compare.csv``. Finished cells in ``out`` are reused unless
+    ``rerun``. With ``jobs > 1`` cells run in worker processes, which see a method, model or data set
+    registered in Python only if the registration happens when the calling script is imported (or through
+    an entry point). ``progress_bars`` opens one progress display per run; ``notify`` receives one-line
+    messages for the user (method defaults applied, runs reused; default: logged).
     """
-    from fedhet.comparison import aggregate_rows, default_threads, run_comparison
+    from fedhet.comparison import aggregate_rows, default_threads, run_comparison, write_rows_csv
+    from fedhet.engine.rounds import _jsonable
 
     if isinstance(methods, str):
         methods = [m.strip() for m in methods.split(",") if m.strip()]
@@ -213,9 +310,14 @@ def compare(
         [int(s) for s in seeds],
         out_dir,
         {m: dict(p) for m, p in (method_params or {}).items()},
+        progress=progress_bars,
         jobs=jobs,
         reuse=not rerun,
-        notify=lambda message: log.warning("%s", message),
+        notify=notify or _log_notice,
     )
+    rows = aggregate_rows(results)
+    payload = {"rows": rows, "out_dir": str(out_dir), "config": base.to_dict()}
+    (out_dir / "compare.json").write_text(json.dumps(_jsonable(payload), indent=2))
+    write_rows_csv(rows, out_dir / "compare.csv")
     runs = {m: [RunResult.from_summary(s) for s in summaries] for m, summaries in results.items()}
-    return CompareResult(rows=aggregate_rows(results), runs=runs, out_dir=out_dir)
+    return CompareResult(rows=rows, runs=runs, out_dir=out_dir, config=base)
