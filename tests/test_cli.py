@@ -189,7 +189,7 @@ def test_bad_config_value_is_a_clear_error(capsys):
 def test_contribution_table_marks_roles_beside_sample_shares():
     from rich.console import Console
 
-    from fedhet.cli import print_contributions
+    from fedhet.cli.compare import print_contributions
 
     summary = {
         "contributions": [0.5, 0.3, 0.2],
@@ -209,7 +209,8 @@ def test_contribution_table_marks_roles_beside_sample_shares():
 def test_tables_written_to_a_pipe_do_not_wrap_at_80_columns(monkeypatch):
     """Piped output (CI logs, `| tee`) gets PIPED_WIDTH columns, so a compare table keeps one line per
     method and whole headers; $COLUMNS still wins."""
-    from fedhet.cli import PIPED_WIDTH, TABLE_METRICS, make_console, print_compare_table
+    from fedhet.cli.common import PIPED_WIDTH, make_console
+    from fedhet.cli.compare import TABLE_METRICS, print_compare_table
 
     monkeypatch.setenv("COLUMNS", "100")
     assert make_console().width == 100
@@ -230,7 +231,8 @@ def test_tables_written_to_a_pipe_do_not_wrap_at_80_columns(monkeypatch):
 
 
 def test_compare_table_explains_fairness_only_when_it_shows_it():
-    from fedhet.cli import make_console, print_compare_table
+    from fedhet.cli.common import make_console
+    from fedhet.cli.compare import print_compare_table
 
     stats = {"accuracy": 0.8, "balanced_accuracy": 0.8}
     console = make_console(stderr=True)
@@ -243,7 +245,8 @@ def test_compare_table_explains_fairness_only_when_it_shows_it():
 
 
 def test_compare_table_marks_a_method_whose_runs_diverged():
-    from fedhet.cli import make_console, print_compare_table
+    from fedhet.cli.common import make_console
+    from fedhet.cli.compare import print_compare_table
 
     stats = {"accuracy": 0.1}
     row = {"method": "fedprox", "mean": stats, "std": stats, "diverged": {0: 7, 2: 9}}

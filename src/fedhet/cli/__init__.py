@@ -1,0 +1,40 @@
+"""The ``fedhet`` command: datasets, partition, run, compare, report, audit, reproduce, methods, experiments.
+
+One module per command group, each registering its subcommands and holding what they do: ``data``
+(datasets, partition), ``run``, ``compare``, ``report`` (report, audit), ``reproduce``, ``catalog``
+(methods, experiments); ``common`` holds what they share. ``run`` and ``compare`` parse the command line,
+build the config once and call :mod:`fedhet.api`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+
+from fedhet.cli import catalog, compare, data, report, reproduce, run
+from fedhet.errors import FedhetError
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="fedhet", description="Federated learning across heterogeneous clients."
+    )
+    parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    sub = parser.add_subparsers(dest="command", required=True)
+    for group in (data, run, compare, report, reproduce, catalog):  # the order of `fedhet --help`
+        group.register(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    logging.basicConfig(
+        level=logging.DEBUG if args.verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s"
+    )
+    try:
+        return int(args.func(args) or 0)
+    except FedhetError as exc:
+        print(f"fedhet: error: {exc}", file=sys.stderr)
+        return 2
