@@ -1,7 +1,8 @@
-"""The ``fedhet`` command: datasets, partition, run, compare, report, audit, reproduce, methods, experiments.
+"""The ``fedhet`` command: datasets, partition, run, compare, report, audit, reproduce, study, methods,
+experiments.
 
 One module per command group, each registering its subcommands and holding what they do: ``data``
-(datasets, partition), ``run``, ``compare``, ``report`` (report, audit), ``reproduce``, ``catalog``
+(datasets, partition), ``run``, ``compare``, ``report`` (report, audit), ``reproduce``, ``study``, ``catalog``
 (methods, experiments); ``common`` holds what they share. ``run`` and ``compare`` parse the command line,
 build the config once and call :mod:`fedhet.api`.
 """
@@ -12,7 +13,7 @@ import argparse
 import logging
 import sys
 
-from fedhet.cli import catalog, compare, data, report, reproduce, run
+from fedhet.cli import catalog, compare, data, report, reproduce, run, study
 from fedhet.errors import FedhetError
 
 
@@ -22,7 +23,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     sub = parser.add_subparsers(dest="command", required=True)
-    for group in (data, run, compare, report, reproduce, catalog):  # the order of `fedhet --help`
+    for group in (data, run, compare, report, reproduce, study, catalog):  # the order of `fedhet --help`
         group.register(sub)
     return parser
 

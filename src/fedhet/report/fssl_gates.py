@@ -4,7 +4,7 @@ FixMatch-GPL > labeled-only at all, and does the ordering hold?
 A table is a test of the claim only when every gate passes: all labels − labeled-only ≥ ``min_gap`` points
 (there is room to gain from unlabeled data); FixMatch-GPL uses ≥ ``min_used`` of the unlabeled samples
 (pseudo-labels pass τ); ProxyFL ≤ all labels (the bound holds); each paired difference of the ordering has
-one sign in every seed (at least two seeds). Used by ``tools/gated_fssl.py`` and by the ``proxyfl-gated``
+one sign in every seed (at least two seeds). Used by ``fedhet study gated-fssl`` and by the ``proxyfl-gated``
 reproduction page.
 """
 

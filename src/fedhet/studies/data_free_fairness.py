@@ -1,45 +1,41 @@
 """Data-free FedRAC against the paper's FedRAC on Fashion-MNIST CLA, POW and DIR(7.0)
 (docs/data-free-fairness.md).
 
-    python tools/data_free_fairness.py run    [--seeds 3] [--jobs 2] [--out runs/data-free]
-    python tools/data_free_fairness.py table  [--out runs/data-free]
-    python tools/data_free_fairness.py figure [--out runs/data-free] [--png docs/figures/PNG]
-    python tools/data_free_fairness.py calibrate CHECKPOINT_DIR...
+``run`` compares, per setting, FedRAC (standalone contributions, validation scores) and
+``fedrac-data-free`` (CELM-evidence reputations, probe scores) for the configs' rounds (CLA 1,000 as in
+docs/fedrac.md; POW and DIR(7.0) 2,000); then the one-sided ablations (CLA both, POW and DIR(7.0) the probe
+score with standalone contributions); then, per setting, one timed standalone run (seed 0): the pre-pass
+the paper's FedRAC needs before its first round.
 
-``run`` calls ``fedhet compare`` once per setting with FedRAC (standalone contributions, validation scores)
-and ``fedrac-data-free`` (CELM-evidence reputations, probe scores), the configs' rounds (CLA 1,000 as in
-docs/fedrac.md; POW and DIR(7.0) 2,000); then the one-sided ablations (CLA both, POW and DIR(7.0) the
-probe score with standalone contributions); then, per setting, one timed standalone run (seed 0): the
-pre-pass the paper's FedRAC needs before its first round. Finished cells are reused, so an interrupted run
-resumes.
+``table`` gives fairness (100 × Pearson of the final reward accuracies with the standalone accuracies,
+which only the evaluation computes) best over the evaluated rounds, final, and the mean of the last 100
+rounds; maximum accuracy; BCF rate; the reputation's Pearson with the standalone accuracies; wall time per
+run. Mean ± std over seeds.
 
-``table`` prints the comparison: fairness (100 × Pearson of the final reward accuracies with the standalone
-accuracies, which only the evaluation computes) best over the evaluated rounds, final, and the mean of the
-last 100 rounds; maximum accuracy; BCF rate; the reputation's Pearson with the standalone accuracies; wall
-time per run. Mean ± std over seeds.
-
-``calibrate`` loads FedRAC global models from run checkpoints (``.../checkpoints/round_NNNNN``) and, over the
-nested least-used-first candidates of step 8, compares the probe score of each setting below with the real
-relative accuracy (test accuracy ÷ the full model's, on 5,000 test images): Pearson and mean absolute error.
-The default score settings were chosen this way on the CLA seed-0 checkpoints (docs/data-free-fairness.md).
+``calibrate CHECKPOINT...`` loads FedRAC global models from run checkpoints
+(``.../checkpoints/round_NNNNN``) and, over the nested least-used-first candidates of step 8, compares the
+probe score of each setting below with the real relative accuracy (test accuracy ÷ the full model's, on
+5,000 test images): Pearson and mean absolute error. The default score settings were chosen this way on the
+CLA seed-0 checkpoints (docs/data-free-fairness.md).
 """
 
 from __future__ import annotations
 
-import argparse
 import json
-import subprocess
-import sys
 import time
+from collections.abc import Callable, Mapping
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
-#: setting -> (config, extra compare arguments)
-SETTINGS: dict[str, tuple[str, list[str]]] = {
-    "cla": ("configs/fedrac/fashion-mnist-cla.toml", ["--rounds", "1000"]),
-    "pow": ("configs/fedrac/fashion-mnist-pow.toml", []),
-    "dir7": ("configs/fedrac/fashion-mnist-dir7.toml", []),
+from fedhet.studies.base import CompareCell, Study
+
+#: setting -> (shipped experiment, overrides)
+SETTINGS: dict[str, tuple[str, dict[str, Any]]] = {
+    "cla": ("fedrac/fashion-mnist-cla", {"train.rounds": 1000}),
+    "pow": ("fedrac/fashion-mnist-pow", {}),
+    "dir7": ("fedrac/fashion-mnist-dir7", {}),
 }
 LABELS = {"cla": "CLA", "pow": "POW", "dir7": "DIR(7.0)"}
 #: The one-sided ablations: directory -> (setting, the parameter set back to the paper's).
@@ -52,30 +48,30 @@ ABLATIONS = {
 METHODS = {"fedrac": "FedRAC (standalone + validation)", "fedrac-data-free": "FedRAC, data-free"}
 
 
-def _compare(config: str, methods: str, out: Path, seeds: int, jobs: int, extra: list[str]) -> None:
-    cmd = [
-        sys.executable, "-m", "fedhet.cli", "compare", config, "--methods", methods, "--seeds", str(seeds),
-        "--jobs", str(jobs), "--out", str(out), "--quiet", "--no-report", *extra,
-    ]  # fmt: skip
-    print("+", " ".join(cmd), flush=True)
-    subprocess.run(cmd, check=True)
-
-
-def run(out: Path, seeds: int, jobs: int) -> None:
-    for name, (config, extra) in SETTINGS.items():
-        _compare(config, "fedrac,fedrac-data-free", out / name, seeds, jobs, extra)
+def cells() -> list[CompareCell]:
+    out = [
+        CompareCell(name, config, ("fedrac", "fedrac-data-free"), sets)
+        for name, (config, sets) in SETTINGS.items()
+    ]
     for name, (setting, param) in ABLATIONS.items():
-        config, extra = SETTINGS[setting]
-        _compare(config, "fedrac-data-free", out / name, seeds, jobs, [*extra, "--method-param", param])
-    for name, (config, extra) in SETTINGS.items():
+        config, sets = SETTINGS[setting]
+        method, assignment = param.split(".", 1)
+        key, value = assignment.split("=", 1)
+        out.append(CompareCell(name, config, (method,), sets, {method: {key: value}}))
+    return out
+
+
+def standalone_timings(out: Path, echo: Callable[[str], None]) -> None:
+    """One timed standalone run (seed 0) per setting: the paper's FedRAC's pre-pass."""
+    from fedhet.api import run
+
+    for name, (config, sets) in SETTINGS.items():
         target = out / "standalone" / name
         if (target / "summary.json").is_file():
             continue
-        cmd = [sys.executable, "-m", "fedhet.cli", "run", config, "--method", "standalone", "--seed", "0"]
-        cmd += [*extra, "--out", str(target), "--quiet", "--overwrite"]
-        print("+", " ".join(cmd), flush=True)
+        echo(f"standalone/{name}: {config} standalone seed 0 (timed)")
         started = time.perf_counter()
-        subprocess.run(cmd, check=True)
+        run(config, overrides={**sets, "method.name": "standalone", "seed": 0}, out=target, overwrite=True)
         (target / "elapsed.json").write_text(json.dumps({"seconds": time.perf_counter() - started}))
 
 
@@ -113,7 +109,8 @@ def _row(label: str, runs: list[dict]) -> str:
     return f"| {label} | " + " | ".join(cells) + f" | {len(runs)} |"
 
 
-def table(out: Path) -> None:
+def table(dirs: list[Path], options: Mapping[str, Any]) -> str:
+    out, lines = dirs[0], []
     head = (
         "| method | fairness best | fairness final | fairness last 100 | max accuracy % | BCF rate final "
         "| reputation ρ vs standalone | candidates ms / round | wall min / run | seeds |\n"
@@ -122,18 +119,18 @@ def table(out: Path) -> None:
     for name in SETTINGS:
         if not (out / name).is_dir():
             continue
-        print(f"\n**{LABELS[name]}**\n\n{head}")
+        lines += ["", f"**{LABELS[name]}**", "", head]
         for method, label in METHODS.items():
             runs = _summaries(out / name, method)
             if runs:
-                print(_row(label, runs))
+                lines.append(_row(label, runs))
         for ablation, (setting, param) in ABLATIONS.items():
             runs = _summaries(out / ablation, "fedrac-data-free") if setting == name else []
             if runs:
-                print(_row(f"data-free with `{param.split('.', 1)[1]}`", runs))
+                lines.append(_row(f"data-free with `{param.split('.', 1)[1]}`", runs))
         weights = _weights_pearson(out / name)
         if weights:
-            print(
+            lines.append(
                 f"\nReputation from CELM's weights instead of the coverage (recomputed from the recorded "
                 f'evidence, `reputation = "weights"`): Pearson with the standalone accuracies '
                 f"{_cell(weights, scale=100.0)}."
@@ -141,7 +138,8 @@ def table(out: Path) -> None:
         elapsed = out / "standalone" / name / "elapsed.json"
         if elapsed.is_file():
             seconds = json.loads(elapsed.read_text())["seconds"]
-            print(f"\nStandalone pre-pass (seed 0, the paper's FedRAC only): {seconds / 60:.1f} min.")
+            lines.append(f"\nStandalone pre-pass (seed 0, the paper's FedRAC only): {seconds / 60:.1f} min.")
+    return "\n".join(lines)
 
 
 def _weights_pearson(directory: Path) -> list[float]:
@@ -160,15 +158,15 @@ def _weights_pearson(directory: Path) -> list[float]:
     return out
 
 
-def figure(out: Path, png: Path) -> None:
-    import matplotlib
+def figure(dirs: list[Path], png: Path, options: Mapping[str, Any]) -> Path:
+    """Reward against standalone accuracy, every client of every seed, per setting."""
+    from fedhet.report.figures import new_figure, save_figure
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    out = dirs[0]
     names = [n for n in SETTINGS if (out / n).is_dir()]
-    fig, axes = plt.subplots(1, len(names), figsize=(4.2 * len(names), 3.8), squeeze=False)
-    for ax, name in zip(axes[0], names, strict=True):
+    fig = new_figure(4.2 * max(1, len(names)), 3.8)
+    axes = fig.subplots(1, max(1, len(names)), squeeze=False)
+    for ax, name in zip(axes[0], names, strict=False):
         for method, marker in (("fedrac", "o"), ("fedrac-data-free", "x")):
             for k, run in enumerate(_summaries(out / name, method)):
                 ax.scatter(
@@ -184,10 +182,7 @@ def figure(out: Path, png: Path) -> None:
         ax.set_ylabel("final reward accuracy, %")
         ax.grid(alpha=0.3)
     axes[0][0].legend(fontsize=8)
-    fig.tight_layout()
-    png.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(png, dpi=110)
-    print(f"wrote {png}")
+    return save_figure(fig, png)
 
 
 #: Probe-score settings ``calibrate`` compares: label -> grow_class_inputs arguments.
@@ -199,12 +194,12 @@ SCORE_SETTINGS = {
 }
 
 
-def calibrate(checkpoints: list[Path]) -> None:
+def calibrate(checkpoints: list[Path], options: Mapping[str, Any]) -> str:
     import torch
     from safetensors.torch import load_file
 
+    from fedhet.algorithms.allocation import candidate_sizes, masked_accuracies, relative_scores
     from fedhet.algorithms.logit_probes import grow_class_inputs
-    from fedhet.algorithms.submodel import candidate_sizes, masked_accuracies, relative_scores
     from fedhet.data.datasets import load_dataset
     from fedhet.models import build_model
     from fedhet.models.masks import nested_prefix_masks
@@ -212,8 +207,12 @@ def calibrate(checkpoints: list[Path]) -> None:
     torch.set_num_threads(1)
     ds = load_dataset("fashion-mnist")
     x_test, y_test = ds.normalize(ds.test_x[:5000]), ds.test_y[:5000]
-    print("| checkpoint | full model accuracy | score setting | Pearson with real | mean abs. error |")
-    print("|---|---|---|---|---|")
+    if not checkpoints:
+        raise ValueError("calibrate needs checkpoint directories, e.g. RUN/checkpoints/round_01000")
+    lines = [
+        "| checkpoint | full model accuracy | score setting | Pearson with real | mean abs. error |",
+        "|---|---|---|---|---|",
+    ]
     for checkpoint in checkpoints:
         tensors = load_file(checkpoint / "tensors.safetensors")
         prefix = "/strategy/model/"
@@ -232,28 +231,19 @@ def calibrate(checkpoints: list[Path]) -> None:
             r = np.corrcoef(score, relative)[0, 1]
             error = np.abs(score - relative).mean()
             name = "/".join(checkpoint.parts[-4:])
-            print(f"| {name} | {real[-1] * 100:.2f} | {label} | {r:.3f} | {error:.3f} |")
+            lines.append(f"| {name} | {real[-1] * 100:.2f} | {label} | {r:.3f} | {error:.3f} |")
+    return "\n".join(lines)
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("action", choices=["run", "table", "figure", "calibrate"])
-    parser.add_argument("checkpoints", nargs="*", type=Path, help="calibrate: checkpoint directories")
-    parser.add_argument("--out", type=Path, default=Path("runs/data-free"))
-    parser.add_argument("--seeds", type=int, default=3)
-    parser.add_argument("--jobs", type=int, default=2)
-    parser.add_argument("--png", type=Path, default=Path("docs/figures/data_free_fairness.png"))
-    args = parser.parse_args(argv)
-    if args.action == "run":
-        run(args.out, args.seeds, args.jobs)
-    elif args.action == "table":
-        table(args.out)
-    elif args.action == "calibrate":
-        calibrate(args.checkpoints)
-    else:
-        figure(args.out, args.png)
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())
+STUDY = Study(
+    name="data-free-fairness",
+    title="data-free FedRAC (CELM evidence, probe scores) against the paper's FedRAC on Fashion-MNIST",
+    page="docs/data-free-fairness.md",
+    default_out="runs/data-free",
+    cells=cells,
+    after_cells=standalone_timings,
+    table=table,
+    figure=figure,
+    default_figure="docs/figures/data_free_fairness.png",
+    actions={"calibrate": calibrate},
+)

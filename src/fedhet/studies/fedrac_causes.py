@@ -1,7 +1,7 @@
 """The measured facts behind the "gaps and their causes" of FedRAC's result pages, read from a reproduction's
 runs (nothing is rerun):
 
-    python tools/fedrac_causes.py [RUNS]   # default RUNS: runs/reproduce/fedrac-fmnist-full
+    fedhet study fedrac-causes table [RUNS] [--alpha 0.5]   # default RUNS: runs/reproduce/fedrac-fmnist-full
 
 Per row (one folder of RUNS per row, cells ``<method>-seed<k>``) and cell:
 
@@ -25,21 +25,22 @@ Per row (one folder of RUNS per row, cells ``<method>-seed<k>``) and cell:
 
 from __future__ import annotations
 
-import argparse
-import json
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 import numpy as np
+
+from fedhet.studies.base import Option, Study, read_lines, read_summary
 
 
 def evaluations(cell: Path) -> list[dict]:
     """The evaluated rounds of a cell (those with rewards), in order."""
-    rows = [json.loads(s) for s in (cell / "metrics.jsonl").read_text().splitlines() if s.strip()]
-    return [r for r in rows if r.get("rewards") is not None]
+    return [r for r in read_lines(cell) if r.get("rewards") is not None]
 
 
 def standalone(cell: Path) -> np.ndarray:
-    return np.asarray(json.loads((cell / "summary.json").read_text())["standalone"], dtype=np.float64)
+    return np.asarray(read_summary(cell)["standalone"], dtype=np.float64)
 
 
 def bcf_classes(s: np.ndarray, a: np.ndarray, alpha: float) -> tuple[int, int, float]:
@@ -79,7 +80,7 @@ def cell_facts(cell: Path, alpha: float) -> dict:
         logged = e.get("bcf_rate")
         recomputed = 1.0 - (below + above) / len(a)
         if logged is not None and abs(logged - recomputed) > 1e-9:
-            raise SystemExit(f"{cell}: round {e['round']}: logged rate {logged} != recomputed {recomputed}")
+            raise ValueError(f"{cell}: round {e['round']}: logged rate {logged} != recomputed {recomputed}")
         out[label] = {
             "round": e["round"],
             "rate": recomputed,
@@ -105,25 +106,25 @@ def points(value: float | None) -> str:
     return "undefined" if value is None else f"{value:.2f}"
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("runs", nargs="?", default="runs/reproduce/fedrac-fmnist-full")
-    ap.add_argument("--alpha", type=float, default=0.5, help="the α of the BCF bound (eval.bcf_alpha)")
-    args = ap.parse_args()
-    root = Path(args.runs)
+def table(dirs: list[Path], options: Mapping[str, Any]) -> str:
+    root, alpha = dirs[0], float(options.get("alpha", 0.5))
+    if not root.is_dir():
+        raise ValueError(f"{root} does not exist; run `fedhet reproduce` on a FedRAC table first")
+    out: list[str] = []
     for row in sorted(p for p in root.iterdir() if p.is_dir()):
-        print(f"\n## {row.name}")
-        print(
+        out += [
+            "",
+            f"## {row.name}",
             "cell | fairness best (round) | final | last 100 | rate best (round): below/above (tied) | "
             "rate final: below/above (tied) | max a − max s | window | largest tie | a − s final | "
-            "below at best rate (s → a) | lowest client: a = s"
-        )
+            "below at best rate (s → a) | lowest client: a = s",
+        ]
         for cell in sorted(p for p in row.iterdir() if (p / "summary.json").exists()):
-            f = cell_facts(cell, args.alpha)
+            f = cell_facts(cell, alpha)
             if not f:
                 continue
             rb, rf = f["rate_best"], f["rate_final"]
-            print(
+            out.append(
                 f"{cell.name} | {points(f['fairness_best'])} ({f['fairness_best_round']}) | "
                 f"{points(f['fairness_final'])} | {points(f['fairness_last100'])} | "
                 f"{rb['rate']:.1f} ({rb['round']}): {rb['below']}/{rb['above']} ({rb['tied_above']}) | "
@@ -134,7 +135,15 @@ def main() -> None:
                 + (", ".join(f"{si:.2f} → {ai:.2f}" for si, ai in f["below_at_best_rate"]) or "none")
                 + f" | {f['lowest_equal'][0]} of {f['lowest_equal'][1]}"
             )
+    return "\n".join(out)
 
 
-if __name__ == "__main__":
-    main()
+STUDY = Study(
+    name="fedrac-causes",
+    title="the measured facts behind FedRAC's result pages (fairness best/final/last 100, BCF classes, ties)",
+    page="docs/results/fedrac-fairness-substitute.md",
+    default_out="runs/reproduce/fedrac-fmnist-full",
+    table=table,
+    options=(Option("alpha", float, 0.5, "the α of the BCF bound (eval.bcf_alpha)"),),
+    reads="the runs of `fedhet reproduce fedrac-fairness-substitute` (or fedrac-rate, fedrac-ablation)",
+)

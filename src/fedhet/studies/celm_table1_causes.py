@@ -1,7 +1,7 @@
 """The measured facts behind the "gaps and their causes" of CELM Table 1's result pages, read from the
 reproduction's runs (nothing is rerun):
 
-    python tools/celm_table1_causes.py [RUNS]   # default RUNS: runs/reproduce/celm-table1-fmnist-full
+    fedhet study celm-table1-causes table [RUNS]   # default RUNS: runs/reproduce/celm-table1-fmnist-full
 
 Per row (one folder of RUNS per row, cells ``<method>-seed<k>``):
 
@@ -16,30 +16,24 @@ Per row (one folder of RUNS per row, cells ``<method>-seed<k>``):
 
 from __future__ import annotations
 
-import argparse
-import json
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
-
-def lines(cell: Path) -> list[dict]:
-    return [json.loads(s) for s in (cell / "metrics.jsonl").read_text().splitlines() if s.strip()]
-
-
-def summary(cell: Path) -> dict:
-    return json.loads((cell / "summary.json").read_text())
+from fedhet.studies.base import Study, finished_seeds, read_lines, read_summary
 
 
 def dead_classes(cell: Path) -> int:
     """Classes the final evaluated server model never predicts correctly (recall 0)."""
-    recall = [ln["per_class_recall"] for ln in lines(cell) if ln.get("per_class_recall")][-1]
+    recall = [ln["per_class_recall"] for ln in read_lines(cell) if ln.get("per_class_recall")][-1]
     return sum(1 for r in recall if r == 0)
 
 
 def single_client_from(cell: Path) -> int | None:
     """The first round from which CFFL's reputable set is one client in every later round, or None."""
-    sets = [(ln["round"], ln.get("cffl_reputable")) for ln in lines(cell) if "cffl_reputable" in ln]
+    sets = [(ln["round"], ln.get("cffl_reputable")) for ln in read_lines(cell) if "cffl_reputable" in ln]
     start = None
     for rnd, members in sets:
         if members is not None and len(members) == 1:
@@ -50,9 +44,9 @@ def single_client_from(cell: Path) -> int | None:
 
 
 def shapfed_course(cell: Path) -> dict:
-    weights = [(ln["round"], ln["contributions"]) for ln in lines(cell) if ln.get("contributions")]
+    weights = [(ln["round"], ln["contributions"]) for ln in read_lines(cell) if ln.get("contributions")]
     negative = next((rnd for rnd, w in weights if min(w) < 0), None)
-    s = summary(cell)
+    s = read_summary(cell)
     return {
         "first_negative_weight": negative,
         "largest_abs_weight": max((max(abs(x) for x in w) for _, w in weights), default=None),
@@ -62,51 +56,58 @@ def shapfed_course(cell: Path) -> dict:
     }
 
 
-def seeds_of(row: Path, method: str) -> list[Path]:
-    return sorted(p for p in row.glob(f"{method}-seed*") if (p / "summary.json").is_file())
+def final_accuracies(row: Path, method: str) -> dict[str, float]:
+    """Seed -> final accuracy of the finished runs of ``method`` in one row."""
+    return {
+        p.name.split("seed")[1]: read_summary(p)["final"]["accuracy"] for p in finished_seeds(row, method)
+    }
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    parser.add_argument("runs", nargs="?", default="runs/reproduce/celm-table1-fmnist-full")
-    args = parser.parse_args()
-    rows = sorted(p for p in Path(args.runs).iterdir() if p.is_dir())
+def table(dirs: list[Path], options: Mapping[str, Any]) -> str:
+    root = dirs[0]
+    rows = sorted(p for p in root.iterdir() if p.is_dir()) if root.is_dir() else []
     if not rows:
-        raise SystemExit(f"{args.runs} holds no rows; run `fedhet reproduce celm-table1-fmnist` first")
+        raise ValueError(f"{root} holds no rows; run `fedhet reproduce celm-table1-fmnist` first")
+    out: list[str] = []
     wins = compared = 0
     for row in rows:
-        print(f"## {row.name}")
-        celm = {p.name.split("seed")[1]: summary(p)["final"]["accuracy"] for p in seeds_of(row, "celm")}
-        fedavg = {p.name.split("seed")[1]: summary(p)["final"]["accuracy"] for p in seeds_of(row, "fedavg")}
+        out.append(f"## {row.name}")
+        celm, fedavg = final_accuracies(row, "celm"), final_accuracies(row, "fedavg")
         common = sorted(set(celm) & set(fedavg))
         if common:
             diff = [100 * (celm[s] - fedavg[s]) for s in common]
             wins += float(np.mean(diff)) >= 0
             compared += 1
-            print(
+            out.append(
                 f"CELM - FedAvg, final accuracy, per seed {common}: {', '.join(f'{d:+.2f}' for d in diff)}"
                 f" (mean {np.mean(diff):+.2f})"
             )
         for method in ("cffl", "cgsv"):
-            cells = seeds_of(row, method)
+            cells = finished_seeds(row, method)
             if cells:
-                dead = [dead_classes(c) for c in cells]
-                print(f"{method}: classes with final recall 0 per seed: {dead}")
-        cffl = [single_client_from(c) for c in seeds_of(row, "cffl")]
+                out.append(
+                    f"{method}: classes with final recall 0 per seed: {[dead_classes(c) for c in cells]}"
+                )
+        cffl = [single_client_from(c) for c in finished_seeds(row, "cffl")]
         if cffl:
-            print(f"cffl: R is one client from round (per seed; None = never for good): {cffl}")
-        for cell in seeds_of(row, "shapfed"):
+            out.append(f"cffl: R is one client from round (per seed; None = never for good): {cffl}")
+        for cell in finished_seeds(row, "shapfed"):
             c = shapfed_course(cell)
-            print(
+            out.append(
                 f"shapfed {cell.name}: first negative weight in round {c['first_negative_weight']}, largest "
                 f"|weight| {c['largest_abs_weight']:.2f}, stopped in round {c['stopped_in']}, best accuracy "
                 f"{100 * c['best_accuracy']:.2f}, final {100 * c['final_accuracy']:.2f}"
             )
-        print()
-    print(f"rows where CELM's mean final accuracy >= FedAvg's: {wins} of {compared}")
+        out.append("")
+    out.append(f"rows where CELM's mean final accuracy >= FedAvg's: {wins} of {compared}")
+    return "\n".join(out)
 
 
-if __name__ == "__main__":
-    main()
+STUDY = Study(
+    name="celm-table1-causes",
+    title="the facts behind CELM Table 1's gaps (CELM − FedAvg per seed, CFFL/CGSV/ShapFed collapse)",
+    page="docs/results/celm-table1-fmnist.md",
+    default_out="runs/reproduce/celm-table1-fmnist-full",
+    table=table,
+    reads="the runs of `fedhet reproduce celm-table1-fmnist` (or celm-table1-cifar10)",
+)

@@ -1,0 +1,208 @@
+"""The studies behind docs pages (``fedhet study NAME``): their formulas against hand calculations, and a real
+study run at tiny scale, resumed."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from fedhet.studies import fedrac_causes as causes
+
+
+def write_cell(cell: Path, standalone: list[float], evaluations: list[dict]) -> Path:
+    cell.mkdir(parents=True)
+    (cell / "summary.json").write_text(json.dumps({"standalone": standalone}))
+    (cell / "metrics.jsonl").write_text("".join(json.dumps(e) + "\n" for e in evaluations))
+    return cell
+
+
+def test_fedrac_causes_classifies_each_missing_client_as_below_or_above_its_window(tmp_path):
+    # α = 0.5, s = (0.5, 0.6, 0.8), max s = 0.8. Hand calculation of upper_i = (0.5 + 0.5·s_i/0.8)·max a:
+    # round 2, a = (0.5, 0.85, 0.9), max a = 0.9: upper = (0.73125, 0.7875, 0.9).
+    #   client 0: a = s = 0.5 → below; client 1: 0.85 > 0.7875 → above; client 2: 0.9, not > 0.9 → inside.
+    #   rate 1/3; windows upper − s = (0.23125, 0.1875, 0.1), mean 0.1729167.
+    # round 3 (final), a = (0.7, 0.88, 0.88): max a = 0.88, upper = (0.715, 0.77, 0.88): client 0 inside
+    #   (0.5 < 0.7 ≤ 0.715), client 1 above (tied with client 2), client 2 inside (0.88 ≤ 0.88): rate 2/3.
+    s = [0.5, 0.6, 0.8]
+    evals = [
+        {"round": 1, "accuracy": 0.3},  # not evaluated for rewards: skipped
+        {"round": 2, "rewards": [0.5, 0.85, 0.9], "fairness_pearson": 10.0, "bcf_rate": 1 / 3},
+        {"round": 3, "rewards": [0.7, 0.88, 0.88], "fairness_pearson": 30.0, "bcf_rate": 2 / 3},
+    ]
+    facts = causes.cell_facts(write_cell(tmp_path / "fedrac-seed0", s, evals), alpha=0.5)
+    assert facts["fairness_best"] == 30.0 and facts["fairness_best_round"] == 3
+    assert facts["fairness_last100"] == pytest.approx(20.0)
+    assert facts["rate_best"] == {
+        "round": 3,
+        "rate": pytest.approx(2 / 3),
+        "below": 0,
+        "above": 1,
+        "tied_above": 1,
+    }
+    assert facts["rate_final"]["round"] == 3
+    below, above, width = causes.bcf_classes(np.asarray(s), np.asarray([0.5, 0.85, 0.9]), 0.5)
+    assert (below, above) == (1, 1)
+    assert causes.tied_above(np.asarray(s), np.asarray([0.5, 0.85, 0.9]), 0.5) == 0  # client 1 is above alone
+    assert width == pytest.approx((0.23125 + 0.1875 + 0.1) / 3)
+    # final round: max a − max s = 0.08; windows (0.215, 0.17, 0.08), mean 0.155; largest tie 2
+    assert facts["gain_points"] == pytest.approx(8.0)
+    assert facts["window_points"] == pytest.approx(15.5)
+    assert facts["largest_tie"] == 2
+    # final a − s = (0.2, 0.28, 0.08): 8 to 28 points; at the best-rate round (3) no client is below;
+    # the lowest client (s = 0.5) has a = 0.5 exactly in round 2 only: 1 of the 2 evaluations
+    assert facts["final_gap_points"] == pytest.approx((8.0, 28.0))
+    assert facts["below_at_best_rate"] == []
+    assert facts["lowest_equal"] == (1, 2)
+
+
+def test_fedrac_causes_refuses_a_logged_rate_it_cannot_recompute(tmp_path):
+    evals = [{"round": 1, "rewards": [0.5, 0.85, 0.9], "fairness_pearson": 1.0, "bcf_rate": 1.0}]
+    with pytest.raises(ValueError, match="logged rate"):
+        causes.cell_facts(write_cell(tmp_path / "c", [0.5, 0.6, 0.8], evals), alpha=0.5)
+
+
+def test_fedrac_causes_prints_a_cell_whose_fairness_is_undefined(tmp_path):
+    """Equal rewards for every client (IAFL on CLA gives everyone one model): no Pearson is logged, and the
+    tool says so instead of failing on the row."""
+    s = [0.5, 0.6, 0.8]
+    # a = 0.9 for all: max a = 0.9, upper = (0.73125, 0.7875, 0.9): clients 0 and 1 above, client 2 inside
+    evals = [{"round": 1, "rewards": [0.9, 0.9, 0.9], "bcf_rate": 1 / 3}]
+    write_cell(tmp_path / "runs" / "cla" / "iafl-seed0", s, evals)
+    text = causes.table([tmp_path / "runs"], {"alpha": 0.5})
+    line = next(x for x in text.splitlines() if x.startswith("iafl-seed0"))
+    assert line.startswith("iafl-seed0 | undefined (None) | undefined | undefined | 0.3 (1): 0/2 (2)")
+
+
+def test_fedrac_causes_names_the_clients_below_at_the_best_rate_and_the_lowest_clients_exact_ties(tmp_path):
+    # s = (0.1, 0.5, 0.8), α = 0.5. Round 1, a = (0.1, 0.75, 0.85): max a 0.85, upper = (0.478125, 0.690625,
+    #   0.85); client 0 a = s → below, client 1 0.75 > 0.690625 → above, client 2 inside: rate 1/3.
+    # Round 2, a = (0.1, 0.45, 0.9): upper = (0.50625, 0.73125, 0.9); clients 0 and 1 below: rate 1/3.
+    # Round 3, a = (0.2, 0.6, 0.85): upper = (0.478125, 0.690625, 0.85); all inside: rate 1 (best).
+    s = [0.1, 0.5, 0.8]
+    evals = [
+        {"round": 1, "rewards": [0.1, 0.75, 0.85], "fairness_pearson": 90.0, "bcf_rate": 1 / 3},
+        {"round": 2, "rewards": [0.1, 0.45, 0.9], "fairness_pearson": 95.0, "bcf_rate": 1 / 3},
+        {"round": 3, "rewards": [0.2, 0.6, 0.85], "fairness_pearson": 99.0, "bcf_rate": 1.0},
+    ]
+    facts = causes.cell_facts(write_cell(tmp_path / "fedrac-seed0", s, evals), alpha=0.5)
+    assert facts["rate_best"]["round"] == 3 and facts["below_at_best_rate"] == []
+    assert facts["lowest_equal"] == (2, 3)  # client 0 at exactly 0.1 in rounds 1 and 2
+    assert facts["final_gap_points"] == pytest.approx((5.0, 10.0))  # a − s = (0.1, 0.1, 0.05)
+    # without round 3 the best rate is round 1's (the first of the tied maxima): client 0 below, 10 → 10
+    facts = causes.cell_facts(write_cell(tmp_path / "fedrac-seed1", s, evals[:2]), alpha=0.5)
+    assert facts["rate_best"]["round"] == 1
+    assert facts["below_at_best_rate"] == [pytest.approx((10.0, 10.0))]
+    assert facts["final_gap_points"] == pytest.approx((-5.0, 10.0))  # round 2: a − s = (0, −0.05, 0.1)
+    # Near is not equal: client 0 at 0.1004 (s = 0.1). Final a − s = (0.04, 10, −35) points: the range runs
+    # from the most negative. Round 1, a = (0.1004, 0.6, 0.45): max a 0.6, upper = (0.3375, 0.4875, 0.6):
+    # client 0 inside, client 1 above, client 2 below: rate 1/3.
+    near = [{"round": 1, "rewards": [0.1004, 0.6, 0.45], "fairness_pearson": 50.0, "bcf_rate": 1 / 3}]
+    facts = causes.cell_facts(write_cell(tmp_path / "fedrac-seed2", s, near), alpha=0.5)
+    assert facts["lowest_equal"] == (0, 1)
+    assert facts["final_gap_points"] == pytest.approx((-35.0, 10.0))
+    assert facts["below_at_best_rate"] == [pytest.approx((80.0, 45.0))]
+
+
+# -- the robustness study ----------------------------------------------------------------------------------
+def _robustness_run(
+    cell: Path, method: str, seed: int, accuracy: float, lines: list[dict], **summary
+) -> None:
+    run = cell / f"{method}-seed{seed}"
+    run.mkdir(parents=True)
+    (run / "summary.json").write_text(json.dumps({"final": {"accuracy": accuracy}, **summary}))
+    (run / "metrics.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
+
+
+def test_robustness_reads_each_methods_hostile_weight_and_tabulates_the_change_against_clean(tmp_path):
+    from fedhet.studies import robustness
+
+    # FedAvg: the hostile client's share of each round's average, mean over rounds: (0.1 + 0.3) / 2 = 0.2;
+    # CELM: its last reported contribution (0.7); FedRAC: its reward accuracy (0.25).
+    fedavg_lines = [{"aggregation_weights": {"0": 0.1, "1": 0.9}}, {"aggregation_weights": {"0": 0.3}}]
+    celm_lines = [{"contributions": [0.5, 0.5]}, {"contributions": [0.7, 0.3]}, {"accuracy": 0.1}]
+    for seed, clean_acc, noisy_acc in ((0, 0.80, 0.50), (1, 0.90, 0.70)):
+        _robustness_run(tmp_path / "clean" / "undefended", "fedavg", seed, clean_acc, fedavg_lines)
+        _robustness_run(tmp_path / "noise" / "undefended", "fedavg", seed, noisy_acc, fedavg_lines)
+    _robustness_run(tmp_path / "noise" / "undefended", "celm", 0, 0.4, celm_lines)
+    _robustness_run(tmp_path / "noise" / "undefended", "fedrac", 0, 0.3, [], rewards=[0.25, 0.9])
+    published = tmp_path / "noise" / "undefended"
+    assert robustness.hostile_weight(published / "fedavg-seed0", "fedavg") == pytest.approx(0.2)
+    assert robustness.hostile_weight(published / "celm-seed0", "celm") == pytest.approx(0.7)
+    assert robustness.hostile_weight(published / "fedrac-seed0", "fedrac") == pytest.approx(0.25)
+    rows = {
+        r.split(" | ")[0].strip("| "): r.split(" | ") for r in robustness.table([tmp_path], {}).splitlines()
+    }
+    # FedAvg under noise: mean accuracy 60.0 against the clean 85.0: −25.0 points, weight 0.200
+    assert rows["noise"][1] == "0.200 · 60.0 (-25.0)"
+    assert rows["clean"][1] == "0.200 · 85.0"
+    assert rows["noise"][3] == "0.700 · 40.0"  # CELM has no clean run here: no change shown
+    assert rows["noise"][-2] == "25.0 % · 30.0"  # FedRAC's reward as a percentage
+    assert rows["nan"][1] == "–"  # nothing ran
+
+
+def test_every_study_has_a_page_that_exists_and_cells_on_shipped_experiments():
+    from fedhet.config import load_config
+    from fedhet.studies import STUDIES, get_study
+
+    root = Path(__file__).resolve().parents[1]
+    for name in STUDIES:
+        study = get_study(name)
+        assert study.name == name and (root / study.page).is_file(), name
+        for cell in study.cells() if study.cells else []:
+            load_config(cell.config)  # a shipped experiment name, resolvable from any directory
+    with pytest.raises(Exception, match="unknown study 'nope'; accepted: robustness"):
+        get_study("nope")
+
+
+@pytest.mark.slow
+def test_a_study_runs_at_tiny_scale_tabulates_and_resumes_without_rerunning(tmp_path):
+    """The audit-validation study end to end on real Fashion-MNIST subsets (its three settings, one seed, two
+    rounds): every cell runs through fedhet.compare, the table counts each flag over the runs, and a second
+    `run` reuses every finished cell (no summary is rewritten)."""
+    from fedhet.studies import get_study, run_study
+
+    study = get_study("audit-validation")
+    tiny = {"train.rounds": 2, "data.max_train_samples": 600, "data.max_test_samples": 200, "eval.every": 1}
+    said: list[str] = []
+    run_study(study, tmp_path, seeds=1, jobs=1, overrides=tiny, echo=said.append)
+    assert [s.split(":")[0] for s in said] == ["[1/3] free-rider", "[2/3] maverick", "[3/3] faults"]
+    summaries = sorted(tmp_path.glob("*/*-seed0/summary.json"))
+    assert [p.parent.parent.name + "/" + p.parent.name for p in summaries] == [
+        "faults/celm-seed0",
+        "free-rider/celm-seed0",
+        "free-rider/cgsv-seed0",
+        "maverick/celm-seed0",
+    ]
+    written = {p: p.stat().st_mtime_ns for p in summaries}
+    text = study.table([tmp_path], {})
+    assert text.startswith("| flag | method | true positives |")
+    # the faults setting injects three faulty clients; each run names them in its line of the table
+    assert "faults:" in text and "celm seed 0:" in text
+    run_study(study, tmp_path, seeds=1, jobs=1, overrides=tiny, echo=said.append)
+    assert {p: p.stat().st_mtime_ns for p in summaries} == written
+
+
+def test_the_study_command_lists_tabulates_draws_and_refuses_clearly(tmp_path, capsys):
+    from fedhet.cli import main
+
+    assert main(["study"]) == 0
+    listed = capsys.readouterr().out
+    assert "robustness: one hostile client" in listed and "6 studies" in listed
+    # a robustness table and its figure from runs made earlier (here: written by hand)
+    lines = [{"aggregation_weights": {"0": 0.1}}]
+    _robustness_run(tmp_path / "runs" / "noise" / "undefended", "fedavg", 0, 0.5, lines)
+    _robustness_run(tmp_path / "runs" / "clean" / "undefended", "fedavg", 0, 0.8, lines)
+    png = tmp_path / "fig" / "robustness.png"
+    assert main(["study", "robustness", "table", str(tmp_path / "runs"), "--figure", str(png)]) == 0
+    out = capsys.readouterr().out
+    assert "| noise | 0.100 · 50.0 (-30.0) |" in out and png.stat().st_size > 10_000
+    # an analysis with its own option, and the errors a user can act on
+    assert main(["study", "fedrac-causes", "table", str(tmp_path / "none"), "--alpha", "0.3"]) == 2
+    assert "does not exist; it reads the runs of `fedhet reproduce" in capsys.readouterr().err
+    assert main(["study", "nope"]) == 2
+    assert "unknown study 'nope'; accepted: robustness" in capsys.readouterr().err
+    with pytest.raises(SystemExit):  # argparse: fedrac-causes makes no runs, so it has no `run` action
+        main(["study", "fedrac-causes", "run"])
