@@ -299,3 +299,22 @@ def test_robust_celm_does_not_hand_a_random_model_the_weight(tmp_path):
     assert robust < 0.2, robust  # below the fair share 1/5 (0.116 measured)
     defended, rejected = hostile("off", 10.0)  # the defaults: the paper's estimate behind the norm guard
     assert list(rejected) == ["0"] and defended == 0.0
+
+
+@pytest.mark.parametrize("method", ["iafl", "cgsv", "cffl", "shapfed"])
+def test_the_default_guards_reject_no_honest_update_of_clients_that_keep_their_own_models(method):
+    """These clients upload an update Δ whatever the server sent them; when IAFL re-synchronises a client (it
+    sends the full model), ‖Δ − w_sent‖ is the model's own norm, ~12× the round's median, and an honest
+    client was rejected (measured before the fix: rounds 3, 4 and 6). The guards measure ‖Δ‖ for them."""
+    from fedhet.api import run
+
+    result = run(
+        None,
+        overrides={
+            "method.name": method, "data.dataset": "digits", "data.clients": 5,
+            "data.split": "dirichlet-per-class", "data.split_params": {"alpha": 0.5}, "train.rounds": 6,
+            "eval.every": 6, "model.name": "mlp", "train.threads": 1,
+        },
+    )  # fmt: skip
+    assert [line.get("rejected") for line in result.metrics if line.get("rejected")] == []
+    assert all(len(line["update_norms"]) == 5 for line in result.metrics)

@@ -282,6 +282,7 @@ class OwnModelStrategy(FedAvg):
     """
 
     trainer_class = OwnModelTrainer
+    replies_are_updates = True  # the trainer uploads its (filtered) update, whatever the server sent
     #: What a client keeps of its own update ('reset' or 'keep'), sent in every instruction.
     local_update = "reset"
 

@@ -21,19 +21,22 @@ from fedhet.engine.protocol import Instruction, Reply
 MIN_UPDATES_FOR_MEDIAN = 3
 
 
-def update_norm(reply: Reply, sent: Instruction | None) -> float:
+def update_norm(reply: Reply, sent: Instruction | None, updates: bool = False) -> float:
     """‖w_i − w_sent‖₂ over the floating-point tensors the server sent in full (``sent.weights``); where it
-    sent none, or an increment to a model only the client holds (``delta``), ‖w_i‖₂."""
-    return update_norms({0: reply}, {0: sent} if sent is not None else {})[0]
+    sent none, or an increment to a model only the client holds (``delta``), or where the replies are updates
+    themselves (``updates``: the strategy's ``replies_are_updates``), ‖w_i‖₂."""
+    return update_norms({0: reply}, {0: sent} if sent is not None else {}, updates)[0]
 
 
-def update_norms(replies: Mapping[int, Reply], sent: Mapping[int, Instruction]) -> dict[int, float]:
+def update_norms(
+    replies: Mapping[int, Reply], sent: Mapping[int, Instruction], updates: bool = False
+) -> dict[int, float]:
     """:func:`update_norm` of every reply, summed where the weights live and read back once per round (one
     host sync on a GPU, not one per tensor)."""
     squares: list[Tensor] = []
     for cid in sorted(replies):
         ins = sent.get(cid)
-        reference = {} if ins is None or ins.delta else ins.weights
+        reference = {} if updates or ins is None or ins.delta else ins.weights
         total = torch.zeros((), dtype=torch.float64)
         for key, value in replies[cid].weights.items():
             if not value.is_floating_point():

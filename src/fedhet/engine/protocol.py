@@ -225,6 +225,9 @@ class Strategy(ABC):
     trainer_class: type[Trainer]
     #: True for a method whose rewards *are* the fairness reference (Standalone): no fairness against itself.
     rewards_are_reference: bool = False
+    #: True where a reply's weights are an update Δ = w_new − w_start, not a model (clients that keep their
+    #: own models: CFFL, CGSV, ShapFed, IAFL); the guards then measure ‖Δ‖, not ‖Δ − w_sent‖.
+    replies_are_updates: bool = False
     #: What the method needs of its model beyond forward/state_dict (``fedhet.models.registry.MODEL_NEEDS``):
     #: "head" (features + a Linear head), "masks" (maskable units). Checked before the first round.
     model_needs: frozenset[str] = frozenset()

@@ -410,7 +410,7 @@ class RoundLoop:
                 continue
             replies[cid] = received[cid]
         # ‖w_i − w_sent‖ of each well-formed reply: the guards judge by it; the audit reads it (stale)
-        norms = update_norms(replies, outgoing)
+        norms = update_norms(replies, outgoing, self.strategy.replies_are_updates)
         guarded = guard_updates(replies, outgoing, cfg.guards, norms)
         for cid in guarded:
             del replies[cid]
