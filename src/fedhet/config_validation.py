@@ -9,13 +9,28 @@ value and what is accepted. :func:`~fedhet.config.from_dict` calls both.
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
-from fedhet.config_sections import CHOICES, FAULT_BEHAVIOURS
+from fedhet.config_sections import (
+    CHOICES,
+    FAULT_BEHAVIOURS,
+    DataConfig,
+    EvalConfig,
+    FaultsConfig,
+    GuardsConfig,
+    TrainConfig,
+)
 from fedhet.errors import ConfigError
 
-if TYPE_CHECKING:
-    from fedhet.config import ExperimentConfig
+
+class ExperimentSections(Protocol):
+    """What the range checks read of an ``ExperimentConfig`` (config.py imports this module, not back)."""
+
+    data: DataConfig
+    train: TrainConfig
+    eval: EvalConfig
+    faults: FaultsConfig
+    guards: GuardsConfig
 
 
 # --------------------------------------------------------------------------------------------------------
@@ -99,7 +114,7 @@ def _plain(where: str, value: Any) -> Any:
     )
 
 
-def check_ranges(cfg: ExperimentConfig) -> None:
+def check_ranges(cfg: ExperimentSections) -> None:
     """Range checks that the types alone do not express."""
     d, t, e = cfg.data, cfg.train, cfg.eval
 
@@ -174,7 +189,7 @@ def check_ranges(cfg: ExperimentConfig) -> None:
     )
 
 
-def _check_faults(cfg: ExperimentConfig) -> None:
+def _check_faults(cfg: ExperimentSections) -> None:
     f, n = cfg.faults, cfg.data.clients
     for key, behaviour in list(f.clients.items()):
         if isinstance(behaviour, float) and math.isnan(behaviour):  # --set faults.clients.0=nan reads NaN

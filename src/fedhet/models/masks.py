@@ -7,15 +7,11 @@ A submodel is an activation mask, not sliced weights: a 0/1 vector of length K (
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
 
 import torch
 from torch import Tensor, nn
 
 from fedhet.errors import ConfigError
-
-if TYPE_CHECKING:
-    from fedhet.models.base import FedModel
 
 
 class UnitMask(nn.Module):
@@ -90,6 +86,7 @@ def random_mask(total: int, size: int, generator: torch.Generator) -> Tensor:
     return prefix_mask(order, size, total)
 
 
-def unit_groups(model: FedModel) -> list[tuple[str, int]]:
-    """Names and sizes of the model's mask points, in K order (sizes sum to ``maskable_units``)."""
+def unit_groups(model: nn.Module) -> list[tuple[str, int]]:
+    """Names and sizes of the mask points of ``model`` (a ``FedModel``: models/base.py imports this module,
+    so it is not named here), in K order (sizes sum to ``maskable_units``)."""
     return [(name, point.size) for name, point in model.mask_points()]
