@@ -71,6 +71,7 @@ def reproduce_command(args: argparse.Namespace, table: str, scale: str) -> str:
 
 def cmd_reproduce(args: argparse.Namespace) -> int:
     from fedhet.engine.rounds import _jsonable
+    from fedhet.report.provenance import machine_line
     from fedhet.reproduce import (
         keep_page_rows,
         list_specs,
@@ -82,6 +83,7 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
         write_page,
         write_results,
     )
+    from fedhet.reproduce.cells import fill_from_records, write_records
 
     if args.list or not args.table:
         for name in list_specs():
@@ -132,7 +134,11 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
         from fedhet.report.provenance import commit
 
         command = reproduce_command(args, spec.path.stem, scale.name)
+        # each finished cell leaves a record beside the page, so its findings accumulate across sessions
+        cells_dir = Path(args.page).parent / "cells"
+        write_records(spec, results, cells_dir, scale=scale.name, command=command, machine=machine_line())
         page_results = keep_page_rows(spec, results, kept) if kept else results
+        fill_from_records(spec, page_results, cells_dir, scale=scale.name)
         page = write_page(
             spec,
             page_results,

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from fedhet.errors import ConfigError
+from fedhet.reproduce.claims import findings_section
 from fedhet.reproduce.figures import (
     REWARD_METRICS,
     accuracy_figure,
@@ -17,7 +18,7 @@ from fedhet.reproduce.figures import (
     rewards_figure,
     weights_figure,
 )
-from fedhet.reproduce.render import render_markdown, row_label
+from fedhet.reproduce.render import finding_unit, render_markdown, row_label
 from fedhet.reproduce.spec import Spec, list_specs, load_spec
 
 #: A result page's first line: which table, scale and commit, and how many rows it holds measured.
@@ -66,7 +67,9 @@ def render_page(
     """A result page: provenance, the paper-layout table (ours ± std / paper / Δ), figures, and the
     verified causes of the gaps. With ``kept`` (the page as it was), rows kept from it keep their lines,
     commands, provenance and figures."""
-    table = render_markdown(spec, results, scale=scale).split("\n", 2)[2]  # without its "## title" line
+    table = render_markdown(spec, results, scale=scale, findings=False).split("\n", 2)[
+        2
+    ]  # without its "## title" line
     cells = cell_provenance(results)
     if cells["runs"]:
         made = (
@@ -84,10 +87,12 @@ def render_page(
         computed = ""
     kept_rows = [r["row"] for r in results if r.get("kept")]
     commands = [c for c in (kept.commands if kept and kept_rows else []) if c != command] + [command]
+    findings = findings_section(spec.claims, results, finding_unit(spec))
     lines = [
         PAGE_MARK.format(table=spec.path.stem, scale=scale, commit=commit, rows=rows_measured(results)),
         f"# {spec.title}",
         "",
+        *([*findings, ""] if findings else []),
         "Regenerate every number on this page with:"
         if len(commands) == 1
         else "Regenerate every number on this page with these commands, in this order (each measures the "

@@ -10,6 +10,7 @@ from typing import Any
 
 import numpy as np
 
+from fedhet.reproduce.claims import findings_section
 from fedhet.reproduce.spec import Row, Spec
 
 
@@ -37,10 +38,21 @@ def _cell(v: dict[str, Any], seeds: int = 2) -> str:
     return " / ".join(parts)
 
 
-def render_markdown(spec: Spec, results: list[dict[str, Any]], scale: str | None = None) -> str:
-    """A Markdown table: one row per table row, a cell per method with ours / paper / difference."""
+def finding_unit(spec: Spec) -> str:
+    """What a paired difference is measured in, for the findings' sentence."""
+    return "points" if spec.scale == 100 else f"`{spec.metric}` × {spec.scale:g}"
+
+
+def render_markdown(
+    spec: Spec, results: list[dict[str, Any]], scale: str | None = None, findings: bool = True
+) -> str:
+    """A Markdown table: one row per table row, a cell per method with ours / paper / difference; led by the
+    findings' verdicts unless ``findings`` is False (a result page prints them itself, at its top)."""
     methods = sorted({m for r in results for m in r["methods"]}, key=lambda m: (spec.methods + [m]).index(m))
     lines = [f"## {spec.title}", ""]
+    verdicts = findings_section(spec.claims, results, finding_unit(spec)) if findings else []
+    if verdicts:
+        lines += [*("#" + line if line.startswith("## ") else line for line in verdicts), ""]
     if spec.source:
         lines += [f"Source: {spec.source}. Metric: `{spec.metric}` ({spec.view}), ×{spec.scale:g}.", ""]
     if scale:

@@ -4,6 +4,7 @@ scale, reusing the runs already finished in the output directory; one result dic
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -48,6 +49,14 @@ def configured(path: Path, overrides: list[str]) -> ExperimentConfig:
     return cfg
 
 
+def seed_value(summary: dict[str, Any], view: str, metric: str, factor: float) -> float | None:
+    """One run's value of ``metric`` in ``view`` (final / best / last), × the display factor; None if none."""
+    value = (summary.get(view) or {}).get(metric)
+    if not isinstance(value, int | float) or not math.isfinite(value):
+        return None
+    return factor * float(value)
+
+
 def run_spec(
     spec: Spec,
     *,
@@ -74,7 +83,7 @@ def run_spec(
     user = list(overrides or [])
     n_seeds = seeds or chosen.seeds or spec.seeds
     results = []
-    done: dict[tuple, tuple[dict[str, Any], Path]] = {}  # rows that share their runs (e.g. two metrics)
+    done: dict[tuple, tuple[dict[str, Any], Path, dict]] = {}  # rows that share their runs (e.g. two metrics)
     for row in spec.rows:
         wanted = [m for m in (methods or spec.methods) if not row.methods or m in row.methods]
         own = row.scale_overrides.get(scale, [])  # the row's own cuts at this scale, after the scale's
@@ -119,8 +128,8 @@ def run_spec(
             summaries = run_comparison(
                 base, wanted, seed_list, out_dir / slug, method_params=params, progress=progress, jobs=jobs
             )
-            done[key] = ({r["method"]: r for r in aggregate_rows(summaries)}, out_dir / slug)
-        agg, run_dir = done[key]
+            done[key] = ({r["method"]: r for r in aggregate_rows(summaries)}, out_dir / slug, summaries)
+        agg, run_dir, per_run = done[key]
         entry.update(
             {
                 "rounds": base.train.rounds,
@@ -142,6 +151,8 @@ def run_spec(
                 "defined_seeds": agg[m]["defined"][spec.view].get(metric),  # seeds with a value (None: n/a)
                 "paper": row.paper.get(m),
                 "diverged": agg[m].get("diverged") or {},  # seed -> round the engine stopped the run in
+                # seed -> this view's value (None where the run has none): the claims pair seeds by it
+                "per_seed": {str(r["seed"]): seed_value(r, spec.view, metric, factor) for r in per_run[m]},
             }
         results.append(entry)
     return results

@@ -11,6 +11,12 @@ A table is a TOML file (``configs/reproduce/*.toml``)::
     methods = ["fedavg", "celm"]
     gaps = '''Differences to the paper and their verified causes (shown on the result page).'''
 
+    [[claims]]                                   # optional: the paper's findings, judged from the cells
+    text = "CELM is more accurate than FedAvg"   # (fedhet.reproduce.claims: paired by seed, 95 % interval)
+    better = "celm"
+    than = "fedavg"
+    rows = ["Dir"]                               # optional: rows whose name contains one of these
+
     [method_params]                              # optional: parameters of one method in every row
     shapfed = { protocol = "global" }
 
@@ -64,6 +70,7 @@ from pathlib import Path
 from typing import Any
 
 from fedhet.errors import ConfigError
+from fedhet.reproduce.claims import Claim, load_claims
 
 SPEC_DIR = Path(__file__).resolve().parents[1] / "configs" / "reproduce"  # package data
 _PM = re.compile(r"^\s*(-?[\d.]+)\s*(?:±|\+-|\+/-)\s*([\d.]+)\s*$")
@@ -139,6 +146,8 @@ class Spec:
     gaps: str = ""
     #: Validity gates printed with each row ("fssl": fedhet.report.fssl_gates), or none.
     gates: str = ""
+    #: The paper's findings as data; their verdicts are computed from the cells (fedhet.reproduce.claims).
+    claims: list[Claim] = field(default_factory=list)
 
     def at_scale(self, name: str) -> Scale:
         """The named scale: ``full`` as written, ``quick``/``cpu`` from the table or their defaults."""
@@ -222,6 +231,7 @@ def load_spec(name: str) -> Spec:
         "scales",
         "gaps",
         "gates",
+        "claims",
     }
     bad = set(raw) - known
     if bad:
@@ -281,6 +291,7 @@ def load_spec(name: str) -> Spec:
         scales=_scales(path, raw.get("scales", {})),
         gaps=raw.get("gaps", ""),
         gates=raw.get("gates", ""),
+        claims=load_claims(path, raw.get("claims"), list(raw.get("methods", []))),
     )
 
 

@@ -1,0 +1,144 @@
+"""Findings as data: a table's claims judged from the recorded cells, paired by seed, 95 % t-interval."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+from fedhet.cli import main
+from fedhet.errors import ConfigError
+from fedhet.reproduce import load_spec
+from fedhet.reproduce.claims import (
+    CONTRADICTED,
+    HOLDS,
+    UNRESOLVED,
+    Claim,
+    findings_section,
+    judge,
+    judge_row,
+    load_claims,
+    paired_interval,
+)
+
+#: Two-sided 95 % Student-t quantiles from a printed table (not from scipy): df -> t_{0.975, df}.
+T975 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776}
+
+
+@pytest.fixture(autouse=True)
+def _tmp_cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("FEDHET_CACHE", str(tmp_path / "cache"))
+
+
+def test_the_paired_interval_is_the_t_interval_of_a_hand_calculation():
+    # d = (1, 2, 3): mean 2, sample sd 1, half-width t_{0.975,2} · 1/√3 = 4.303/1.732 = 2.484
+    mean, low, high = paired_interval([1.0, 2.0, 3.0])
+    assert mean == pytest.approx(2.0)
+    assert (low, high) == pytest.approx((2 - 4.303 / math.sqrt(3), 2 + 4.303 / math.sqrt(3)), abs=1e-3)
+    # d = (0.5, 1.5): mean 1, sd √0.5, half-width 12.706 · √0.5/√2 = 6.353
+    assert paired_interval([0.5, 1.5])[1:] == pytest.approx((1 - 6.353, 1 + 6.353), abs=1e-3)
+
+
+@pytest.mark.parametrize(
+    ("differences", "lower_is_better", "expected"),
+    [
+        ([1.0, 1.2, 0.9, 1.1, 1.0], False, HOLDS),  # mean 1.04, half-width 2.776 · 0.114/√5 = 0.14
+        ([-1.0, -1.2, -0.9, -1.1, -1.0], False, CONTRADICTED),
+        ([-1.0, -1.2, -0.9, -1.1, -1.0], True, HOLDS),  # less is better: a negative difference holds
+        ([1.0, 2.0, 3.0], False, UNRESOLVED),  # interval [-0.48, 4.48] contains 0
+        ([5.0], False, UNRESOLVED),  # one seed: no interval
+        ([0.3, 0.3, 0.3], False, HOLDS),  # no spread at all: the interval is the point 0.3
+    ],
+)
+def test_a_verdict_holds_only_when_the_interval_excludes_zero_in_the_claimed_direction(
+    differences, lower_is_better, expected
+):
+    assert judge(differences, lower_is_better)[0] == expected
+
+
+def test_a_row_pairs_only_the_seeds_both_methods_have_a_value_for():
+    claim = Claim("a beats b", "a", "b")
+    row = {
+        "row": "r",
+        "available": True,
+        "methods": {
+            "a": {"per_seed": {"0": 80.0, "1": 81.0, "2": None, "3": 82.0, "4": 79.5}},
+            "b": {"per_seed": {"0": 78.0, "1": 79.5, "2": 70.0, "3": 80.0}},
+        },
+    }
+    verdict = judge_row(claim, row)
+    # seeds 0, 1, 3 (seed 2: a has no value; seed 4: b did not run): d = (2, 1.5, 2), mean 1.8333,
+    # sd 0.2887, half-width 4.303 · 0.2887/√3 = 0.717: [1.116, 2.551] > 0
+    assert verdict.seeds == 3 and verdict.mean == pytest.approx(11 / 6)
+    assert verdict.low == pytest.approx(11 / 6 - 0.717, abs=2e-3) and verdict.verdict == HOLDS
+    kept = judge_row(claim, {"row": "r", "available": True, "methods": {"a": {"ours": 80.0}, "b": {}}})
+    assert kept.verdict == UNRESOLVED and "no per-seed values" in kept.why
+    lines = findings_section([claim, Claim("b beats a", "b", "a", rows=("nope",))], [row], "points")
+    text = "\n".join(lines)
+    assert "- **holds**: a beats b (`a` vs `b`)" in text
+    assert "  - r: holds: mean difference +1.83 over 3 paired seeds, 95 % interval [+1.12, +2.55]" in text
+    assert "- **not resolved**: b beats a" in text  # it applies to no row: nothing holds
+
+
+def test_claims_are_checked_when_a_table_loads(tmp_path):
+    with pytest.raises(ConfigError, match="better = 'celm' is not one of the table's methods"):
+        load_claims(tmp_path, [{"text": "t", "better": "celm", "than": "fedavg"}], ["fedavg"])
+    with pytest.raises(ConfigError, match='claim 1 needs text = "..."'):
+        load_claims(tmp_path, [{"better": "fedavg", "than": "fedavg"}], ["fedavg"])
+    with pytest.raises(ConfigError, match="unknown keys"):
+        load_claims(tmp_path, [{"text": "t", "better": "a", "than": "a", "verdict": "holds"}], ["a"])
+
+
+@pytest.mark.slow
+def test_a_table_leads_with_the_verdicts_of_its_claims_computed_from_its_runs(tmp_path, capsys):
+    """Three seeds of two methods on one row: the per-seed values are the runs' own summaries, and the
+    verdict printed is the one the paired differences of those summaries give (recomputed here)."""
+    cfg = tmp_path / "small.toml"
+    cfg.write_text(
+        "[data]\ndataset = 'fashion-mnist'\nsplit = 'iid'\nclients = 3\nmax_train_samples = 1500\n"
+        "max_test_samples = 500\n[train]\nrounds = 2\nlocal_steps = 5\n[eval]\nfairness = false\n"
+    )
+    spec = tmp_path / "table.toml"
+    spec.write_text(
+        "title = 'toy'\nmetric = 'accuracy'\nseeds = 3\nmethods = ['fedavg', 'fedprox']\n"
+        "[[claims]]\ntext = 'FedProx is more accurate than FedAvg'\nbetter = 'fedprox'\nthan = 'fedavg'\n"
+        "[[rows]]\nname = 'iid'\nconfig = 'small.toml'\nmethod_params = { fedprox = { mu = 1.0 } }\n"
+    )
+    out, page = tmp_path / "out", tmp_path / "page.md"
+    assert main(["reproduce", str(spec), "--out", str(out), "--json", "--quiet", "--page", str(page)]) == 0
+    [row] = json.loads(capsys.readouterr().out.strip().splitlines()[-1])["results"]
+    values = {}
+    for method in ("fedavg", "fedprox"):
+        for seed in range(3):
+            summary = json.loads((Path(row["run_dir"]) / f"{method}-seed{seed}" / "summary.json").read_text())
+            values[method, seed] = 100 * summary["final"]["accuracy"]
+            assert row["methods"][method]["per_seed"][str(seed)] == pytest.approx(values[method, seed])
+    d = [values["fedprox", s] - values["fedavg", s] for s in range(3)]
+    mean = sum(d) / 3
+    half = T975[2] * math.sqrt(sum((x - mean) ** 2 for x in d) / 2) / math.sqrt(3)
+    expected = HOLDS if mean - half > 0 else CONTRADICTED if mean + half < 0 else UNRESOLVED
+    text = page.read_text()
+    assert text.index("## Findings (computed from the cells)") < text.index("Regenerate every number")
+    assert f"- **{expected}**: FedProx is more accurate than FedAvg" in text
+    assert f"mean difference {mean:+.2f} over 3 paired seeds" in text
+    assert "## Findings" in (out / "reproduce.md").read_text()
+    assert load_spec(str(spec)).claims[0].better == "fedprox"
+    # Every finished cell left a record beside the page ...
+    record = json.loads((tmp_path / "cells" / "table" / "full" / "iid" / "fedprox-seed2.json").read_text())
+    assert record["views"]["final"]["accuracy"] == pytest.approx(values["fedprox", 2] / 100)
+    assert record["seed"] == 2 and record["command"].startswith("fedhet reproduce")
+    # ... so a later reproduction that keeps the row from the page (its runs gone) judges it the same.
+    import shutil
+
+    shutil.rmtree(out)
+    argv = ["reproduce", str(spec), "--out", str(out), "--quiet", "--page", str(page), "--keep-page-rows"]
+    assert main([*argv, "--rows", "no such row"]) == 0
+    again = page.read_text()
+    assert f"- **{expected}**: FedProx is more accurate than FedAvg" in again
+    assert f"mean difference {mean:+.2f} over 3 paired seeds" in again
+    # without the records the kept row cannot be judged, and the page says why
+    shutil.rmtree(tmp_path / "cells")
+    assert main([*argv, "--rows", "no such row"]) == 0
+    assert "measured earlier and kept on the page; its per-seed values were not recorded" in page.read_text()
