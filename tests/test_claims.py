@@ -77,9 +77,17 @@ def test_a_row_pairs_only_the_seeds_both_methods_have_a_value_for():
     assert kept.verdict == UNRESOLVED and "no per-seed values" in kept.why
     lines = findings_section([claim, Claim("b beats a", "b", "a", rows=("nope",))], [row], "points")
     text = "\n".join(lines)
-    assert "- **holds**: a beats b (`a` vs `b`)" in text
+    assert "- **holds**: a beats b (`a` vs `b`; 1 of 1 rows measured)" in text
     assert "  - r: holds: mean difference +1.83 over 3 paired seeds, 95 % interval [+1.12, +2.55]" in text
     assert "- **not resolved**: b beats a" in text  # it applies to no row: nothing holds
+    # a row not run judges nothing: the claim holds on the one measured row, and says how many there were
+    offline = {"row": "r", "available": False, "metric": "m2", "methods": {"a": {}, "b": {}}}
+    text = "\n".join(findings_section([claim], [{**row, "metric": "m1"}, offline], "points"))
+    assert "- **holds**: a beats b (`a` vs `b`; 1 of 2 rows measured)" in text
+    assert "  - r (m2): not resolved (the row was not run)" in text  # one name, two metrics: told apart
+    contradicted = {**row, "methods": {"a": row["methods"]["b"], "b": row["methods"]["a"]}}
+    text = "\n".join(findings_section([claim], [row, contradicted], "points"))
+    assert "- **contradicted**: a beats b" in text and "  - r: contradicted: mean difference -1.83" in text
 
 
 def test_claims_are_checked_when_a_table_loads(tmp_path):

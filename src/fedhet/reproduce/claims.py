@@ -18,6 +18,7 @@ resolved. Prose on a page may explain a verdict; it never states one.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -146,10 +147,12 @@ def judge_row(claim: Claim, row: Mapping[str, Any]) -> RowVerdict:
 
 
 def overall(verdicts: Sequence[RowVerdict]) -> str:
-    """Holds on every row -> holds; contradicted on any -> contradicted; else not resolved."""
-    if verdicts and all(v.verdict == HOLDS for v in verdicts):
+    """Over the rows with values (a row not run judges nothing): holds on every one -> holds; contradicted on
+    any -> contradicted; else (or no row with values) not resolved."""
+    measured = [v for v in verdicts if v.seeds]
+    if measured and all(v.verdict == HOLDS for v in measured):
         return HOLDS
-    if any(v.verdict == CONTRADICTED for v in verdicts):
+    if any(v.verdict == CONTRADICTED for v in measured):
         return CONTRADICTED
     return UNRESOLVED
 
@@ -158,9 +161,16 @@ def evaluate(
     claims: Sequence[Claim], results: Sequence[Mapping[str, Any]]
 ) -> list[tuple[Claim, str, list[RowVerdict]]]:
     """Every claim's overall verdict and its verdict per applicable row."""
+    names = [r["row"] for r in results]
     out = []
     for claim in claims:
-        rows = [judge_row(claim, r) for r in results if claim.applies_to(r["row"])]
+        rows = []
+        for r in results:
+            if claim.applies_to(r["row"]):
+                verdict = judge_row(claim, r)
+                if names.count(r["row"]) > 1 and r.get("metric"):  # one row name, two metrics: say which
+                    verdict = dataclasses.replace(verdict, row=f"{r['row']} ({r['metric']})")
+                rows.append(verdict)
         out.append((claim, overall(rows), rows))
     return out
 
@@ -179,7 +189,11 @@ def findings_section(claims: Sequence[Claim], results: Sequence[Mapping[str, Any
         "",
     ]
     for claim, verdict, rows in evaluate(claims, results):
-        lines.append(f"- **{verdict}**: {claim.text} (`{claim.better}` vs `{claim.than}`)")
+        measured = sum(1 for row in rows if row.seeds)
+        lines.append(
+            f"- **{verdict}**: {claim.text} (`{claim.better}` vs `{claim.than}`; {measured} of {len(rows)} "
+            "rows measured)"
+        )
         for row in rows:
             lines.append(f"  - {row.row}: {row.describe()}")
     return lines
