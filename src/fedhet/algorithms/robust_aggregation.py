@@ -1,0 +1,109 @@
+"""Robust aggregation rules: what replaces the weighted mean of the replies when some clients are hostile.
+
+Each rule maps the replies' weights, flattened to rows of one matrix X (n × d), to one vector. Parameter
+names follow Flower's strategies of the same rule (FedMedian, FedTrimmedAvg ``beta``, Krum / MultiKrum
+``num_malicious_nodes`` and ``num_nodes_to_select``) so a federation moving to Flower keeps its settings.
+
+- ``mean``: Σ p_i x_i / Σ p_i, the method's own weights (FedAvg's sample counts, CELM's contributions).
+- ``median``: the coordinate-wise median (Yin et al., 2018); unweighted, as Flower's FedMedian.
+- ``trimmed-mean``: per coordinate, the mean after dropping the ⌊β n⌋ smallest and largest values (Yin et
+  al., 2018); unweighted, as Flower's FedTrimmedAvg.
+- ``krum`` / ``multi-krum``: score_i = Σ of the squared distances from x_i to its n − f − 2 nearest others
+  (at least 1); Krum keeps the lowest-scoring update, Multi-Krum the m lowest and averages them with the
+  method's weights (Blanchard et al., 2017; El Mhamdi et al., 2018).
+- ``centered-clipping``: v ← v + Σ p_i clip_τ(x_i − v) / Σ p_i, L times from v = the previous global model,
+  clip_τ(z) = z · min(1, τ/‖z‖) (Karimireddy, He and Jaggi, 2021).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+from torch import Tensor
+
+RULES = ("mean", "median", "trimmed-mean", "krum", "multi-krum", "centered-clipping")
+#: Rules that use the method's aggregation weights (the others weigh every kept update alike).
+WEIGHTED_RULES = ("mean", "krum", "multi-krum", "centered-clipping")
+
+
+def weighted_mean(x: Tensor, p: Tensor) -> Tensor:
+    """Σ p_i x_i / Σ p_i over the rows of ``x``."""
+    return (p[:, None] * x).sum(0) / p.sum()
+
+
+def coordinate_median(x: Tensor) -> Tensor:
+    """Per coordinate, the middle value (the mean of the two middle ones for an even count, as numpy)."""
+    ordered = x.sort(dim=0).values
+    n = x.shape[0]
+    return ordered[n // 2] if n % 2 else (ordered[n // 2 - 1] + ordered[n // 2]) / 2
+
+
+def trimmed_mean(x: Tensor, beta: float) -> Tensor:
+    """Per coordinate, the mean of the values left after cutting ⌊beta · n⌋ from each end."""
+    n = x.shape[0]
+    cut = int(beta * n)
+    if not 0.0 <= beta < 0.5 or n - 2 * cut < 1:
+        raise ValueError(f"trimmed-mean: beta={beta} leaves no value of {n} (need 0 <= beta < 0.5)")
+    return x.sort(dim=0).values[cut : n - cut].mean(0)
+
+
+def krum_scores(x: Tensor, num_malicious_nodes: int) -> Tensor:
+    """score_i = Σ of the squared distances from row i to its max(1, n − f − 2) nearest other rows."""
+    n = x.shape[0]
+    distances = torch.cdist(x.double(), x.double()).pow(2)
+    distances.fill_diagonal_(float("inf"))
+    closest = max(1, n - num_malicious_nodes - 2)
+    return distances.sort(dim=1).values[:, : min(closest, n - 1)].sum(1)
+
+
+def multi_krum(
+    x: Tensor, p: Tensor, num_malicious_nodes: int, num_nodes_to_select: int
+) -> tuple[Tensor, Tensor]:
+    """The mean (weights ``p``) of the ``num_nodes_to_select`` lowest Krum scores, and which rows it kept."""
+    scores = krum_scores(x, num_malicious_nodes)
+    kept = torch.argsort(scores, stable=True)[: max(1, min(num_nodes_to_select, x.shape[0]))]
+    kept = kept.sort().values
+    return weighted_mean(x[kept], p[kept]), kept
+
+
+def centered_clipping(x: Tensor, p: Tensor, center: Tensor, tau: float, iterations: int = 1) -> Tensor:
+    """v ← v + Σ p_i clip_τ(x_i − v) / Σ p_i, ``iterations`` times from ``center``."""
+    v = center.clone()
+    for _ in range(iterations):
+        z = x - v
+        norms = z.norm(dim=1).clamp_min(1e-12)
+        v = v + weighted_mean(z * torch.clamp(tau / norms, max=1.0)[:, None], p)
+    return v
+
+
+def aggregate_vectors(
+    x: Tensor,
+    p: Sequence[float] | Tensor,
+    rule: str,
+    *,
+    center: Tensor | None = None,
+    beta: float = 0.2,
+    num_malicious_nodes: int = 0,
+    num_nodes_to_select: int = 1,
+    clipping_tau: float = 1.0,
+    clipping_iterations: int = 1,
+) -> tuple[Tensor, list[int]]:
+    """One rule on the rows of ``x`` with the method's weights ``p``; the result and the rows it used."""
+    weights = torch.as_tensor(p, dtype=x.dtype, device=x.device)
+    everyone = list(range(x.shape[0]))
+    if rule == "mean":
+        return weighted_mean(x, weights), everyone
+    if rule == "median":
+        return coordinate_median(x), everyone
+    if rule == "trimmed-mean":
+        return trimmed_mean(x, beta), everyone
+    if rule in ("krum", "multi-krum"):
+        m = 1 if rule == "krum" else num_nodes_to_select
+        out, kept = multi_krum(x, weights, num_malicious_nodes, m)
+        return out, kept.tolist()
+    if rule == "centered-clipping":
+        if center is None:
+            raise ValueError("centered-clipping needs the center (the previous global model)")
+        return centered_clipping(x, weights, center, clipping_tau, clipping_iterations), everyone
+    raise ValueError(f"unknown aggregation rule {rule!r}; accepted: {', '.join(RULES)}")
