@@ -118,22 +118,33 @@ def strategy_class(name: str) -> type:
     return getattr(importlib.import_module(module), cls)
 
 
+def _keyword_params(function: Any) -> tuple[list[str], bool]:
+    """The parameters ``function`` takes by keyword, and whether it also takes ``**kwargs``."""
+    sig = inspect.signature(function)
+    names = [
+        p
+        for p in sig.parameters
+        if p != "self"
+        and sig.parameters[p].kind
+        in (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+    ]
+    return names, any(p.kind == inspect.Parameter.VAR_KEYWORD for p in sig.parameters.values())
+
+
 def accepted_params(cls: type) -> list[str]:
-    """Constructor parameters a strategy accepts (walking up **kwargs-forwarding subclasses)."""
+    """Constructor parameters a strategy accepts (walking up **kwargs-forwarding subclasses; a class whose
+    **kwargs go to a component instead names it in ``forwards_params_to``, e.g. CELM's estimator)."""
     names: list[str] = []
     for klass in cls.__mro__:
         init = klass.__dict__.get("__init__")
         if init is None:
             continue
-        sig = inspect.signature(init)
-        names += [
-            p
-            for p in sig.parameters
-            if p != "self"
-            and sig.parameters[p].kind
-            in (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
-        ]
-        if not any(p.kind == inspect.Parameter.VAR_KEYWORD for p in sig.parameters.values()):
+        own, forwards = _keyword_params(init)
+        names += own
+        if forwards and "forwards_params_to" in klass.__dict__:
+            names += _keyword_params(klass.__dict__["forwards_params_to"])[0]
+            break
+        if not forwards:
             break
     return sorted(set(names))
 

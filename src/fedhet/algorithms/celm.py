@@ -329,39 +329,23 @@ class CELM(FedAvg):
 
     name = "celm"
     model_needs = frozenset({"head"})
+    #: The estimate's parameters (``ema_momentum``, ``probe_*``, ...) are the estimator's own, declared once
+    #: there; :func:`fedhet.algorithms.accepted_params` reads them from it.
+    forwards_params_to = EvidenceContributions
 
     def __init__(
         self,
         warmup_fraction: float = 0.05,
-        ema_momentum: float = 0.5,
-        probe_steps: int = 200,
-        probe_lr: float = 0.05,
-        probe_l2: float = 1e-3,
-        probe_init_scale: float = 1.0,
-        probe_impl: str = "batched",
-        per_class_baseline: bool = False,
-        initial_contributions: str = "uniform",
-        epsilon: float = 1e-8,
+        *,
         probe_backbone: str = "client",
-        evidence_scale: str = "off",
         reward: str = "local",
+        **estimator: Any,
     ) -> None:
         super().__init__(weighting="samples", reward=reward)
         self.warmup_fraction = check_number(
             "warmup_fraction", warmup_fraction, 0.0, 1.0, low_open=True, hint="the paper uses 0.05 (5% of T)"
         )
-        self.estimator = EvidenceContributions(
-            ema_momentum=ema_momentum,
-            probe_steps=probe_steps,
-            probe_lr=probe_lr,
-            probe_l2=probe_l2,
-            probe_init_scale=probe_init_scale,
-            probe_impl=probe_impl,
-            per_class_baseline=per_class_baseline,
-            initial_contributions=initial_contributions,
-            epsilon=epsilon,
-            evidence_scale=evidence_scale,
-        )
+        self.estimator = EvidenceContributions(**estimator)
         self.probe_backbone = check_choice(
             "probe_backbone",
             probe_backbone,
