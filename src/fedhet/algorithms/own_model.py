@@ -329,25 +329,13 @@ class OwnModelStrategy(FedAvg):
         """Called at the start of :meth:`configure` (IAFL's stochastic recovery)."""
 
     def configure(self, rnd: int, client_ids: list[int]) -> dict[int, Instruction]:
-        """Each sampled client gets its pending reward as a delta, its full model when out of sync, and
-        the initial model plus its pending rewards the first time."""
+        """Each sampled client gets what it starts from (:meth:`_start_instruction`), this round's
+        :meth:`client_config` and the order to keep its model."""
         self.before_round(rnd, client_ids)
+        global_weights = clone_weights(self.model.state_dict()) if self.protocol == "global" else None
         out: dict[int, Instruction] = {}
-        if self.protocol == "global":
-            return self._configure_global(rnd, client_ids)
         for cid in client_ids:
-            if cid in self.resync:
-                ins = Instruction(weights=clone_weights(self.client_models[cid]), delta=False)
-            elif cid in self.fresh:
-                pending = self.pending.get(cid)
-                start = (
-                    add_update(self.initial_weights, pending) if pending is not None else self.initial_weights
-                )
-                ins = Instruction(weights=start, delta=False)
-            elif cid in self.pending:
-                ins = Instruction(weights=self.pending[cid], delta=True)
-            else:
-                ins = Instruction(weights={})
+            ins = self._start_instruction(cid, global_weights)
             ins.config.update(self.client_config(rnd, cid))
             ins.config[KEEP_KEY] = "model"
             out[cid] = ins
@@ -355,19 +343,22 @@ class OwnModelStrategy(FedAvg):
         self.fresh -= self._awaiting
         return out
 
-    def _configure_global(self, rnd: int, client_ids: list[int]) -> dict[int, Instruction]:
-        """The ``global`` protocol: every sampled client restarts from the global model (its mirror too)."""
-        global_weights = clone_weights(self.model.state_dict())
-        out: dict[int, Instruction] = {}
-        for cid in client_ids:
+    def _start_instruction(self, cid: int, global_weights: Weights | None) -> Instruction:
+        """What client ``cid`` starts from: its pending reward as a delta, its full model when out of sync,
+        the initial model plus its pending rewards the first time. With ``global_weights`` (the ``global``
+        protocol) every sampled client restarts from the global model, its mirror too."""
+        if global_weights is not None:
             self.client_models[cid] = global_weights
-            ins = Instruction(weights=global_weights, delta=False)
-            ins.config.update(self.client_config(rnd, cid))
-            ins.config[KEEP_KEY] = "model"
-            out[cid] = ins
-        self._awaiting = set(client_ids)
-        self.fresh -= self._awaiting
-        return out
+            return Instruction(weights=global_weights, delta=False)
+        if cid in self.resync:
+            return Instruction(weights=clone_weights(self.client_models[cid]), delta=False)
+        if cid in self.fresh:
+            pending = self.pending.get(cid)
+            start = add_update(self.initial_weights, pending) if pending is not None else self.initial_weights
+            return Instruction(weights=start, delta=False)
+        if cid in self.pending:
+            return Instruction(weights=self.pending[cid], delta=True)
+        return Instruction(weights={})
 
     def aggregate(self, rnd: int, replies: Mapping[int, Reply]) -> None:
         """Book-keep deliveries, apply what clients kept to the mirrors, then run :meth:`server_round`."""
