@@ -17,7 +17,7 @@ from torch import Tensor, nn
 from fedhet.algorithms.fedavg import FedAvg, SGDTrainer
 from fedhet.algorithms.fixmatch import FixMatchLPL, FixMatchTrainer, LabeledOnlyTrainer
 from fedhet.algorithms.params import check_number
-from fedhet.engine.protocol import ConfigValue, Instruction, LocalUpdate
+from fedhet.engine.protocol import Instruction, LocalUpdate
 
 #: baselines.md §3.2: ``lambda_prox`` = 0.001 in the FSSL protocol.
 DEFAULT_MU = 0.001
@@ -69,25 +69,26 @@ class FedProxFixMatchTrainer(ProximalMixin, FixMatchTrainer):
     """FixMatch local update with the proximal term."""
 
 
-def _check_mu(mu: Any) -> float:
-    return check_number("mu", mu, 0.0, hint="FedProx μ; the FSSL table uses 0.001")
-
-
-class FedProx(FedAvg):
-    """FedProx: FedAvg + (μ/2)‖w − w_g‖² locally; on the labeled-unlabeled split, labeled data only."""
-
-    name = "fedprox"
-    trainer_class = FedProxTrainer
+class ProximalStrategyMixin:
+    """The server side of the proximal term: checks μ and sends it to every client
+    (``Instruction.config['proximal_mu']``, read by :class:`ProximalMixin`)."""
 
     def __init__(self, mu: float = DEFAULT_MU, **kw: Any) -> None:
         super().__init__(**kw)
-        self.mu = _check_mu(mu)
+        self.mu = check_number("mu", mu, 0.0, hint="FedProx μ; the FSSL table uses 0.001")
 
     def configure(self, rnd: int, client_ids: list[int]) -> dict[int, Instruction]:
         instructions = super().configure(rnd, client_ids)
         for ins in instructions.values():
             ins.config[_CONFIG_KEY] = self.mu
         return instructions
+
+
+class FedProx(ProximalStrategyMixin, FedAvg):
+    """FedProx: FedAvg + (μ/2)‖w − w_g‖² locally; on the labeled-unlabeled split, labeled data only."""
+
+    name = "fedprox"
+    trainer_class = FedProxTrainer
 
 
 class FedProxLabeled(FedProx):
@@ -97,15 +98,8 @@ class FedProxLabeled(FedProx):
     trainer_class = FedProxLabeledTrainer
 
 
-class FedProxFixMatch(FixMatchLPL):
+class FedProxFixMatch(ProximalStrategyMixin, FixMatchLPL):
     """FedProx + FixMatch (baselines.md §3.5): FixMatch-LPL with the proximal term, μ = 0.001."""
 
     name = "fedprox-fixmatch"
     trainer_class = FedProxFixMatchTrainer
-
-    def __init__(self, mu: float = DEFAULT_MU, **kw: Any) -> None:
-        super().__init__(**kw)
-        self.mu = _check_mu(mu)
-
-    def client_config(self, rnd: int) -> dict[str, ConfigValue]:
-        return {**super().client_config(rnd), _CONFIG_KEY: self.mu}
