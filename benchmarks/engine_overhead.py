@@ -25,7 +25,7 @@ from common import emit
 from torch import nn
 
 from fedhet.config import ExperimentConfig
-from fedhet.engine.rounds import learning_rate
+from fedhet.engine.schedule import learning_rate
 from fedhet.engine.seeds import derived_torch_generator
 from fedhet.experiment import make_simulation
 

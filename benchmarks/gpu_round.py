@@ -34,7 +34,7 @@ from common import emit
 from torch import nn
 
 from fedhet.config import apply_override, load_config
-from fedhet.engine.rounds import learning_rate, resolve_device
+from fedhet.engine.schedule import learning_rate, resolve_device
 from fedhet.engine.seeds import derived_torch_generator
 from fedhet.experiment import make_simulation
 

@@ -15,7 +15,7 @@ from fedhet.config import ExperimentConfig
 from fedhet.engine.boundary import check_description, check_reply
 from fedhet.engine.client import start_weights
 from fedhet.engine.protocol import Instruction, Reply
-from fedhet.engine.rounds import learning_rate, sample_clients
+from fedhet.engine.schedule import learning_rate, sample_clients
 from fedhet.errors import ClientUpdateError, ConfigError, ProtocolError
 from fedhet.experiment import make_simulation, standalone_accuracies
 
@@ -416,7 +416,7 @@ def test_resume_with_flags_that_change_the_experiment_is_refused(tmp_path, capsy
 
 
 def test_free_rider_view_of_the_summary():
-    from fedhet.engine.rounds import free_rider_view
+    from fedhet.engine.records import free_rider_view
 
     # hand-computed: client 0 holds 0.05 of the weight, strictly lowest; 0.05 x 5 clients = 0.25
     out = free_rider_view(np.array([0.05, 0.3, 0.25, 0.2, 0.2]), 0)

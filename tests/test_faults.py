@@ -18,7 +18,7 @@ from fedhet.config import ExperimentConfig, apply_override, from_dict, load_conf
 from fedhet.engine.faults import Fault, InjectedFault, apply_fault, fault_for, refuse_to_train
 from fedhet.engine.guards import guard_updates, model_is_finite, update_norm
 from fedhet.engine.protocol import Instruction, Reply
-from fedhet.engine.rounds import zero_rejected
+from fedhet.engine.records import zero_rejected
 from fedhet.errors import ConfigError, TrainingDivergedError
 from fedhet.experiment import make_simulation
 

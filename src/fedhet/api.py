@@ -293,7 +293,7 @@ def compare(
     messages for the user (method defaults applied, runs reused; default: logged).
     """
     from fedhet.comparison import aggregate_rows, default_threads, run_comparison, write_rows_csv
-    from fedhet.engine.rounds import _jsonable
+    from fedhet.engine.records import jsonable
 
     if isinstance(methods, str):
         methods = [m.strip() for m in methods.split(",") if m.strip()]
@@ -317,7 +317,7 @@ def compare(
     )
     rows = aggregate_rows(results)
     payload = {"rows": rows, "out_dir": str(out_dir), "config": base.to_dict()}
-    (out_dir / "compare.json").write_text(json.dumps(_jsonable(payload), indent=2))
+    (out_dir / "compare.json").write_text(json.dumps(jsonable(payload), indent=2))
     write_rows_csv(rows, out_dir / "compare.csv")
     runs = {m: [RunResult.from_summary(s) for s in summaries] for m, summaries in results.items()}
     return CompareResult(rows=rows, runs=runs, out_dir=out_dir, config=base)

@@ -30,8 +30,8 @@ import numpy as np
 from fedhet.algorithms import accepted_params, build_strategy, strategy_class
 from fedhet.config import ExperimentConfig, apply_override, load_config
 from fedhet.engine import checkpoint as ckpt
-from fedhet.engine.rounds import recorded_warm_start, warm_start_digest
 from fedhet.engine.rundir import run_dir_state
+from fedhet.engine.warm_start import recorded_warm_start, warm_start_digest
 from fedhet.errors import FedhetError, RunDirectoryError, TrainingDivergedError
 from fedhet.experiment import (
     apply_method_defaults,

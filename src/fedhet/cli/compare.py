@@ -99,7 +99,7 @@ def parse_seeds(args: argparse.Namespace, base_seed: int) -> list[int]:
 
 def cmd_compare(args: argparse.Namespace) -> int:
     from fedhet.api import compare
-    from fedhet.engine.rounds import _jsonable
+    from fedhet.engine.records import jsonable as _jsonable
 
     console = status_console(args)
     base = build_config(args, skip=("method",))

@@ -70,7 +70,7 @@ def reproduce_command(args: argparse.Namespace, table: str, scale: str) -> str:
 
 
 def cmd_reproduce(args: argparse.Namespace) -> int:
-    from fedhet.engine.rounds import _jsonable
+    from fedhet.engine.records import jsonable as _jsonable
     from fedhet.report.provenance import machine_line
     from fedhet.reproduce import (
         keep_page_rows,

@@ -89,7 +89,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             notify=lambda message: print(f"fedhet: {message}", file=sys.stderr),
         )
     if args.json:
-        from fedhet.engine.rounds import _jsonable
+        from fedhet.engine.records import jsonable as _jsonable
 
         print(json.dumps(_jsonable(public_summary(result.summary))))
     else:

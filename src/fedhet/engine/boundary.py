@@ -1,5 +1,5 @@
-"""Validation of what crosses the message boundary: client replies, client descriptions, and whether a
-transport can carry a method's configuration at all.
+"""Validation of what crosses the message boundary: client replies, client descriptions, whether a
+transport can carry a method's configuration at all, and whether the run holds the inputs a method declares.
 
 The server trusts nothing a client sends. A reply or description that breaks the protocol raises
 :class:`~fedhet.errors.ClientUpdateError` naming the client, the field and what was wrong; the round loop
@@ -9,12 +9,17 @@ logs it, records it in ``metrics.jsonl`` and goes on without that client.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
 
+import numpy as np
 import torch
 from torch import Tensor
 
 from fedhet.engine.protocol import Reply, Strategy
 from fedhet.errors import ClientUpdateError, ConfigError
+
+if TYPE_CHECKING:
+    from fedhet.config import ExperimentConfig
 
 
 def check_reply(cid: int, reply: Reply, reference: Mapping[str, Tensor]) -> None:
@@ -59,6 +64,45 @@ def check_description(cid: int, reply: Reply, num_classes: int) -> None:
         raise ClientUpdateError(f"client {cid} described negative class counts {counts.tolist()}")
 
 
+def accept_replies(
+    received: Mapping[int, Reply], reference: Mapping[str, Tensor]
+) -> tuple[dict[int, Reply], dict[int, str]]:
+    """The replies of a round that pass :func:`check_reply`, and client → reason for the others, both in
+    client-id order (the results do not depend on the order in which replies arrived)."""
+    replies: dict[int, Reply] = {}
+    rejected: dict[int, str] = {}
+    for cid in sorted(received):
+        try:
+            check_reply(cid, received[cid], reference)
+        except ClientUpdateError as exc:
+            rejected[cid] = str(exc)
+            continue
+        replies[cid] = received[cid]
+    return replies, rejected
+
+
+def accept_descriptions(
+    received: Mapping[int, Reply], num_classes: int, max_num_examples: int | None
+) -> tuple[dict[int, Reply], dict[int, str]]:
+    """The round-0 descriptions that pass :func:`check_description` and claim at most ``max_num_examples``
+    (``guards.max_num_examples``; None: no bound), and client → reason for the others, in client-id order."""
+    accepted: dict[int, Reply] = {}
+    rejected: dict[int, str] = {}
+    for cid in sorted(received):
+        try:
+            check_description(cid, received[cid], num_classes)
+            if max_num_examples is not None and received[cid].num_examples > max_num_examples:
+                raise ClientUpdateError(
+                    f"client {cid} described num_examples={received[cid].num_examples}, above "
+                    f"guards.max_num_examples={max_num_examples}"
+                )
+        except ClientUpdateError as exc:
+            rejected[cid] = str(exc)
+            continue
+        accepted[cid] = received[cid]
+    return accepted, rejected
+
+
 def _all_finite(value: Tensor) -> bool:
     """Whether every entry is finite. A finite sum proves it (an inf or NaN entry makes the sum inf or NaN),
     at the cost of one reduction; only a sum that overflowed (or a non-finite entry) takes the elementwise
@@ -81,4 +125,41 @@ def check_transport(strategy: Strategy, transport: str) -> None:
         raise ConfigError(
             f"method {strategy.name!r} on {transport} cannot honour {', '.join(features)}: only the embedded "
             "simulation shares memory between clients. Turn the option off or run the simulation"
+        )
+
+
+def check_inputs(
+    strategy: Strategy,
+    cfg: ExperimentConfig,
+    validation: Any,
+    reference: np.ndarray | None,
+) -> None:
+    """The inputs a method declares (:meth:`Strategy.requirements`) are present: a server validation split
+    (``validation``), reference contributions (the clients' standalone accuracies, one finite value per
+    client); and the standalone accuracies when ``eval.fairness = true`` asks for them."""
+    name = strategy.name
+    needs = strategy.requirements()
+    if "validation" in needs and validation is None:
+        raise ConfigError(
+            f"method {name!r} needs a server validation set and the run holds none; set "
+            "data.validation_fraction (e.g. --set data.validation_fraction=0.1)"
+        )
+    if "reference_contributions" in needs and reference is None:
+        raise ConfigError(
+            f"method {name!r} needs reference contributions (the clients' standalone accuracies); run it "
+            "through fedhet.experiment.run_experiment (fedhet run/compare), which computes them"
+        )
+    if reference is not None and (
+        reference.shape != (cfg.data.clients,) or not np.all(np.isfinite(reference))
+    ):
+        raise ConfigError(
+            f"reference contributions {reference.tolist()} must hold one finite value per client "
+            f"({cfg.data.clients}); a standalone pre-pass in which some client never trained (never "
+            "sampled, or every update rejected, e.g. non-finite with a too large train.lr) gives none: "
+            "raise train.rounds or train.clients_per_round, or lower train.lr"
+        )
+    if cfg.eval.fairness is True and reference is None and not strategy.rewards_are_reference:
+        raise ConfigError(
+            "eval.fairness=true needs the standalone accuracies; run through fedhet.experiment."
+            "run_experiment (fedhet run/compare), which computes them, or pass reference_contributions"
         )

@@ -5,7 +5,8 @@ messages: the server sends each client an :class:`Instruction` and receives a :c
 federation only through :class:`FederationInfo` and what clients tell it (their replies and a round-0
 describe exchange). A client sees its instruction, its own :class:`ClientState` and its own
 :class:`ClientData`. Messages hold tensors and small config values only, so the same objects run in the
-embedded simulation (``fedhet.engine.simulation``) and over Flower's Message API.
+embedded simulation (``fedhet.engine.simulation``) and over Flower's Message API; a :class:`Transport`
+carries them either way.
 
 This module holds messages and interfaces and nothing else; the client-side entry is
 ``fedhet.engine.client.run_client``; the SGD trainer and FedAvg, the bases every method extends, sit a
@@ -15,7 +16,7 @@ layer above, in the algorithms package (``algorithms/fedavg.py``).
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import SimpleNamespace
 from typing import Any, ClassVar
@@ -302,4 +303,37 @@ class Strategy(ABC):
 
     @abstractmethod
     def load_state_dict(self, sd: Mapping[str, Any]) -> None:
+        """Inverse of :meth:`state_dict`."""
+
+
+# --------------------------------------------------------------------------------------------------------
+# Transports
+# --------------------------------------------------------------------------------------------------------
+#: Client id -> what went wrong, for clients whose reply never came (a crash, a timeout, a lost node).
+Failures = dict[int, str]
+
+
+class Transport(ABC):
+    """Carries instructions to clients and their replies back; holds no algorithm."""
+
+    #: ``simulation`` (clients in this process, with memory they may share) or the name of another transport.
+    name: str = "simulation"
+
+    @abstractmethod
+    def describe(self, client_ids: Sequence[int]) -> tuple[dict[int, Reply], Failures]:
+        """The round-0 exchange: every client's description (sample and class counts)."""
+
+    @abstractmethod
+    def send(self, rnd: int, instructions: dict[int, Instruction]) -> tuple[dict[int, Reply], Failures]:
+        """One round: each instruction to its client; the replies that came back, and the failures."""
+
+    def round_timing(self) -> dict[str, float]:
+        """Seconds of the last :meth:`send`'s parts, for ``timings.jsonl`` (none by default)."""
+        return {}
+
+    def state_dict(self) -> dict[str, Any]:
+        """What the transport holds for its clients (their states, in the simulation), for checkpoints."""
+        return {}
+
+    def load_state_dict(self, sd: dict[str, Any]) -> None:  # noqa: B027 (nothing to restore by default)
         """Inverse of :meth:`state_dict`."""

@@ -25,13 +25,15 @@ from fedhet.engine.faults import fault_for
 from fedhet.engine.protocol import (
     ClientData,
     ClientState,
+    Failures,
     Instruction,
     Reply,
     Strategy,
     TrainContext,
     Trainer,
+    Transport,
 )
-from fedhet.engine.rounds import Failures, RoundLoop, Transport
+from fedhet.engine.rounds import RoundLoop
 from fedhet.engine.seeds import derived_rng, derived_torch_generator
 from fedhet.errors import ConfigError
 

@@ -32,7 +32,7 @@ from fedhet.config import ExperimentConfig, load_config_text
 from fedhet.engine.client import describe_instruction, run_client
 from fedhet.engine.faults import fault_for
 from fedhet.engine.protocol import ClientData, TrainContext, Trainer
-from fedhet.engine.rounds import resolve_device
+from fedhet.engine.schedule import resolve_device
 from fedhet.engine.seeds import derived_torch_generator
 from fedhet.errors import DataError, FedhetError, ProtocolError
 from fedhet.flower.records import content_to_instruction, load_state, reply_to_content, store_state

@@ -26,8 +26,8 @@ from flwr.serverapp import Grid, ServerApp
 
 from fedhet.config import ExperimentConfig, load_config, to_toml
 from fedhet.engine.boundary import check_transport
-from fedhet.engine.protocol import Instruction, Reply, Strategy
-from fedhet.engine.rounds import Failures, RoundLoop, Transport
+from fedhet.engine.protocol import Failures, Instruction, Reply, Strategy, Transport
+from fedhet.engine.rounds import RoundLoop
 from fedhet.errors import ConfigError, FedhetError, ProtocolError
 from fedhet.flower.client import NODE_RECORD, RUN_RECORD, TIMING_RECORD
 from fedhet.flower.records import content_to_reply, instruction_to_content
