@@ -24,7 +24,8 @@ from pathlib import Path
 
 from common import attainment, target_met
 
-from fedhet.report.provenance import commit, machine
+from fedhet.code_version import commit
+from fedhet.report.provenance import machine
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "build" / "bench"

@@ -19,7 +19,9 @@ import numpy as np
 from fedhet.algorithms import build_strategy
 from fedhet.config import ExperimentConfig, FaultsConfig, GuardsConfig, apply_override
 from fedhet.engine.protocol import Strategy
+from fedhet.engine.rounds import RoundListener
 from fedhet.engine.simulation import Simulation
+from fedhet.report.listeners import run_listeners
 
 
 def cache_dir() -> Path:
@@ -122,13 +124,18 @@ def make_simulation(
     resume: bool = False,
     strategy: Strategy | None = None,
     reference_contributions: Sequence[float] | np.ndarray | None = None,
+    listeners: Sequence[RoundListener] | None = None,
     **kwargs: Any,
 ) -> Simulation:
     """The simulation of ``cfg``: its method from the registry (unless ``strategy`` is given) and, when the
-    run needs them and none are given, the standalone accuracies from the cached pre-pass."""
+    run needs them and none are given, the standalone accuracies from the cached pre-pass. ``listeners``
+    default to report's (``fedhet.report.listeners.run_listeners``: TensorBoard scalars when
+    ``eval.tensorboard``, the run's CSVs and figures)."""
     strategy = strategy if strategy is not None else build_strategy(cfg.method.name, cfg.method.params)
     if reference_contributions is None and needs_reference(cfg, strategy):
         reference_contributions = standalone_accuracies(cfg)
+    if listeners is None:
+        listeners = run_listeners(cfg)
     return Simulation(
         cfg,
         strategy,
@@ -136,6 +143,7 @@ def make_simulation(
         progress=progress,
         resume=resume,
         reference_contributions=reference_contributions,
+        listeners=listeners,
         **kwargs,
     )
 

@@ -9,7 +9,9 @@ the Flower adapter (``fedhet.flower``) gives it Flower's Grid. The same config a
 
 What it draws on: ``schedule`` (device, learning rate, sampled and dropped clients), ``boundary`` and
 ``guards`` (which replies are used), ``evaluation``, ``records`` (the run directory's files and the
-summary), ``checkpoint`` and ``warm_start`` (``model.init_from``).
+summary), ``checkpoint`` and ``warm_start`` (``model.init_from``). What a caller makes of a run besides its
+records (TensorBoard scalars, the run's CSVs and figures, which report/ builds) it passes in as
+:class:`RoundListener` objects: the engine names nothing above it.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from fedhet.code_version import commit
 from fedhet.config import ExperimentConfig, to_toml
 from fedhet.engine import checkpoint as ckpt
 from fedhet.engine.boundary import accept_descriptions, accept_replies, check_inputs, check_transport
@@ -49,7 +52,6 @@ from fedhet.engine.warm_start import WARM_START_FILE, recorded_warm_start, warm_
 from fedhet.engine.weights import snapshot_state, weights_digest
 from fedhet.errors import CheckpointError, ConfigError, TrainingDivergedError
 from fedhet.models.registry import check_model_contract
-from fedhet.report.provenance import commit
 
 log = logging.getLogger("fedhet")
 
@@ -63,6 +65,24 @@ def process_commit() -> str:
     return commit()
 
 
+class RoundListener:
+    """Told of a run as it goes, for what the caller makes of it besides the run directory's records:
+    TensorBoard scalars and the run's CSVs and figures (report/'s ``listeners`` module, passed in by
+    ``fedhet.experiment.make_simulation`` and the Flower server app). Every hook does nothing by default."""
+
+    def start(self, run_dir: Path | None) -> None:
+        """Before the first round this process runs (set-up done, a resumed run restored)."""
+
+    def round_done(self, rnd: int, line: Mapping[str, Any]) -> None:
+        """Round ``rnd`` is over: its ``metrics.jsonl`` line written and its checkpoint saved."""
+
+    def finished(self, summary: Mapping[str, Any]) -> None:
+        """``summary.json`` and ``records.json`` are written (a run stopped as diverged too)."""
+
+    def close(self) -> None:
+        """The run is over, however it ended (an error included)."""
+
+
 # --------------------------------------------------------------------------------------------------------
 # The loop
 # --------------------------------------------------------------------------------------------------------
@@ -72,7 +92,8 @@ class RoundLoop:
     Subclasses provide the data the server evaluates on (:meth:`build_data`: the test set, the server's
     validation split, the partition for the run directory) and the transport (:meth:`make_transport`).
     ``reference_contributions`` are the per-client standalone accuracies (fairness metrics, and the input of
-    methods that require them); ``fedhet.experiment`` computes them with a cached pre-pass.
+    methods that require them); ``fedhet.experiment`` computes them with a cached pre-pass. ``listeners``
+    are told of every round and of the end of the run (:class:`RoundListener`).
     """
 
     def __init__(
@@ -85,6 +106,7 @@ class RoundLoop:
         resume: bool = False,
         overwrite: bool = False,
         reference_contributions: Sequence[float] | np.ndarray | None = None,
+        listeners: Sequence[RoundListener] = (),
     ) -> None:
         self.cfg = cfg
         self.strategy = strategy
@@ -97,6 +119,7 @@ class RoundLoop:
         self.reference = (
             None if reference_contributions is None else np.asarray(reference_contributions, dtype=np.float64)
         )
+        self.listeners = list(listeners)
 
     # -- what subclasses provide ------------------------------------------------------------------------
     def build_data(self) -> Any:
@@ -353,24 +376,26 @@ class RoundLoop:
         here = process_commit()
         if not self.code_commits or self.code_commits[-1]["commit"] != here:
             self.code_commits.append({"commit": here, "from_round": self.start_round})
-        from fedhet.report.tensorboard import TensorBoardLog  # lazily: reports import matplotlib
-
-        tensorboard = TensorBoardLog(self.run_dir, cfg.eval.tensorboard)
         try:
-            self._train_rounds(tensorboard)
+            for listener in self.listeners:
+                listener.start(self.run_dir)
+            self._train_rounds()
         except TrainingDivergedError as exc:
             exc.summary = self._finish(t0, diverged=exc)
             raise
+        else:
+            return self._finish(t0)
         finally:
-            tensorboard.close()
-        return self._finish(t0)
+            for listener in self.listeners:
+                listener.close()
 
     def _finish(self, t0: float, diverged: TrainingDivergedError | None = None) -> dict[str, Any]:
-        """The summary, written with the records and figures. A run stopped by ``diverged`` ends the same
-        way, marked ``diverged``: what it ends with is a result (a method that diverges, deterministically
-        under its seed), so a comparison reports it and reuses it rather than rerunning it. Its final view is
-        the global model evaluated at the stop, the model the run would end with had it gone on (no update
-        of the last rounds could be used); metrics.jsonl keeps only the rounds that completed."""
+        """The summary, written with the records (listeners then make figures of them). A run stopped by
+        ``diverged`` ends the same way, marked ``diverged``: what it ends with is a result (a method that
+        diverges, deterministically under its seed), so a comparison reports it and reuses it rather than
+        rerunning it. Its final view is the global model evaluated at the stop, the model the run would end
+        with had it gone on (no update of the last rounds could be used); metrics.jsonl keeps only the rounds
+        that completed."""
         if diverged is not None:
             self.history.append({"round": diverged.round, **self.evaluate(diverged.round)})
         summary = self.summary(time.perf_counter() - t0)
@@ -381,15 +406,15 @@ class RoundLoop:
                 write_atomic(self.run_dir / "standalone.json", json.dumps(list(map(float, self.reference))))
             write_atomic(self.run_dir / RECORDS_FILE, json.dumps(jsonable(self.strategy.run_records())))
             # A run counts as finished once its summary exists (compare's reuse, run_dir_state); the
-            # figures and CSVs are derived from it and the records, and can be rebuilt by `fedhet report`.
+            # figures and CSVs are derived from it and the records (the listeners' work; the report
+            # command rebuilds them).
             write_atomic(self.run_dir / "summary.json", json.dumps(jsonable(summary), indent=2))
-            from fedhet.report.artifacts import write_run_artifacts
-
-            write_run_artifacts(self.run_dir)
+        for listener in self.listeners:
+            listener.finished(summary)
         return summary
 
-    def _train_rounds(self, tensorboard: Any) -> None:
-        """Rounds start_round..rounds: train, evaluate, record (metrics.jsonl, TensorBoard), checkpoint."""
+    def _train_rounds(self) -> None:
+        """Rounds start_round..rounds: train, evaluate, record (metrics.jsonl), checkpoint, tell listeners."""
         cfg = self.cfg
         for rnd in range(self.start_round, cfg.train.rounds + 1):
             tr = time.perf_counter()
@@ -414,7 +439,8 @@ class RoundLoop:
                 every = cfg.eval.checkpoint_every
                 if rnd == cfg.train.rounds or (every and rnd % every == 0):
                     self.save(rnd)
-            tensorboard.write(rnd, line)
+            for listener in self.listeners:
+                listener.round_done(rnd, line)
             if self.progress is not None:
                 self.progress(rnd, cfg.train.rounds, line)
 

@@ -33,7 +33,7 @@ from fedhet.engine.protocol import (
     Trainer,
     Transport,
 )
-from fedhet.engine.rounds import RoundLoop
+from fedhet.engine.rounds import RoundListener, RoundLoop
 from fedhet.engine.seeds import derived_rng, derived_torch_generator
 from fedhet.errors import ConfigError
 
@@ -312,6 +312,7 @@ class Simulation(RoundLoop):
         resume: bool = False,
         overwrite: bool = False,
         reference_contributions: Sequence[float] | np.ndarray | None = None,
+        listeners: Sequence[RoundListener] = (),
     ) -> None:
         super().__init__(
             cfg,
@@ -321,6 +322,7 @@ class Simulation(RoundLoop):
             resume=resume,
             overwrite=overwrite,
             reference_contributions=reference_contributions,
+            listeners=listeners,
         )
         self.trainer = trainer if trainer is not None else strategy.trainer_class()
 

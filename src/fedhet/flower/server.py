@@ -31,6 +31,7 @@ from fedhet.engine.rounds import RoundLoop
 from fedhet.errors import ConfigError, FedhetError, ProtocolError
 from fedhet.flower.client import NODE_RECORD, RUN_RECORD, TIMING_RECORD
 from fedhet.flower.records import content_to_reply, instruction_to_content
+from fedhet.report.listeners import run_listeners
 
 log = logging.getLogger("fedhet.flower")
 
@@ -285,6 +286,7 @@ def make_server_app(
             run_dir=out,
             progress=progress,
             reference_contributions=reference,
+            listeners=run_listeners(config),
             overwrite=overwrite or bool(run_config.get("overwrite", False)),
             round_timeout=float(run_config.get("round-timeout", ROUND_TIMEOUT)),
             connect_timeout=float(run_config.get("connect-timeout", CONNECT_TIMEOUT)),

@@ -1,11 +1,17 @@
-"""Where a number was measured: the machine and the commit, for result pages and the benchmark page."""
+"""Where a number was measured: the machine and the commit, for result pages and the benchmark page.
+
+The commit is read by ``fedhet.code_version`` (below the engine, which records it in every summary); it is
+named here too, next to the machine, for the pages that cite both."""
 
 from __future__ import annotations
 
 import os
 import platform
-import subprocess
 from pathlib import Path
+
+from fedhet.code_version import commit
+
+__all__ = ["commit", "machine", "machine_line"]
 
 
 def machine() -> dict[str, str]:
@@ -49,27 +55,3 @@ def machine_line() -> str:
         f"{m['CPU']}, {m['cores available']} cores, {m['memory']}, GPU {m['GPU']}, Python {m['Python']}, "
         f"torch {m['torch']}"
     )
-
-
-PACKAGE = Path(__file__).resolve().parents[1]
-
-
-def commit(where: Path | None = None, paths: tuple[str, ...] = (".",)) -> str:
-    """The short commit of the checkout at ``where`` (default: the fedhet package's own folder), marked when
-    tracked files under ``paths`` (relative to ``where``) have uncommitted changes: by default the package's
-    code only, so that regenerating a committed result page does not mark the next one; "unknown" outside a
-    git checkout."""
-    cwd = where or PACKAGE
-    try:
-        rev = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=cwd, capture_output=True, text=True)
-        if rev.returncode:
-            return "unknown"
-        dirty = subprocess.run(
-            ["git", "status", "--porcelain", "--untracked-files=no", "--", *paths],
-            cwd=cwd,
-            capture_output=True,
-            text=True,
-        )
-    except OSError:
-        return "unknown"
-    return rev.stdout.strip() + (" (with uncommitted changes)" if dirty.stdout.strip() else "")

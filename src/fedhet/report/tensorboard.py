@@ -1,5 +1,6 @@
 """Optional TensorBoard scalars (``eval.tensorboard = true``; the ``fedhet[tensorboard]`` extra): every number
-of every ``metrics.jsonl`` line, at its round, under ``RUN_DIR/tensorboard/``."""
+of every ``metrics.jsonl`` line, at its round, under ``RUN_DIR/tensorboard/``. During a run the round loop
+feeds them line by line through ``fedhet.report.listeners.TensorBoardScalars``."""
 
 from __future__ import annotations
 
