@@ -11,7 +11,8 @@ and writes what each section of the records calls for:
 - ``fssl`` (the semi-supervised methods): ``fssl_rounds.csv``, the pseudo-label figure and, for ProxyFL,
   ``global_prior.csv`` with its figure.
 
-The engine calls it at the end of every run; it can be rerun on any finished run directory.
+Written at the end of every run by the RunArtifacts listener (report/listeners.py) that fedhet.run and
+the CLI pass to the round loop; it can be rerun on any finished run directory.
 """
 
 from __future__ import annotations
