@@ -22,7 +22,8 @@ MIN_UPDATES_FOR_MEDIAN = 3
 
 
 def update_norm(reply: Reply, sent: Instruction | None, updates: bool = False) -> float:
-    """‖w_i − w_sent‖₂ over the floating-point tensors the server sent in full (``sent.weights``); where it
+    """‖w_i − w_sent‖₂ over the floating-point tensors the server sent in full (``sent.weights``; a tensor it
+    did not send, such as CELM's client-held heads in warm-up, has no reference and is left out); where it
     sent none, or an increment to a model only the client holds (``delta``), or where the replies are updates
     themselves (``updates``: the strategy's ``replies_are_updates``), ‖w_i‖₂."""
     return update_norms({0: reply}, {0: sent} if sent is not None else {}, updates)[0]
@@ -42,6 +43,10 @@ def update_norms(
             if not value.is_floating_point():
                 continue
             base = reference.get(key)
+            if reference and base is None:
+                # Not sent: an absolute weight is not a change; beside the changes of the keys that were sent
+                # it made an honest returning client's norm 25x the round's median (CELM's warm-up heads).
+                continue
             diff = value if base is None else value - base.to(value.device, value.dtype)
             total = total.to(value.device) + diff.detach().double().pow(2).sum()
         squares.append(total)
