@@ -244,6 +244,22 @@ def test_update_norm_is_measured_against_what_was_sent():
     assert update_norm(reply([4.0, 5.0]), delta) == pytest.approx(math.sqrt(41))
 
 
+def test_update_norm_leaves_out_what_the_server_did_not_send():
+    # CELM's warm-up: the backbone is sent, the client's own head is not; the head has no reference
+    sent = Instruction(weights={"w": torch.tensor([1.0, 1.0])})
+    both = Reply(weights={"w": torch.tensor([4.0, 5.0]), "head": torch.tensor([30.0, 40.0])}, num_examples=1)
+    assert update_norm(both, sent) == pytest.approx(5.0)  # ‖(3, 4)‖, not ‖(3, 4, 30, 40)‖
+
+
+def test_a_zero_median_judges_nobody():
+    """Labels at one client only: the others neither change their model nor have samples to report, so
+    the median is 0 and any bound would reject the one client that learnt something."""
+    zero = Instruction(weights={"w": torch.zeros(2)})
+    replies = {0: reply([0.0, 0.0], n=0), 1: reply([0.0, 0.0], n=0), 2: reply([3.0, 4.0], n=40)}
+    g = from_dict({}).guards  # the defaults: both median guards at 10
+    assert guard_updates(replies, dict.fromkeys(replies, zero), g) == {}
+
+
 def test_guard_updates_uses_the_median_of_three_or_more_updates():
     zero = Instruction(weights={"w": torch.zeros(2)})
     replies = {0: reply([1.0, 0.0]), 1: reply([0.0, 2.0]), 2: reply([0.0, 1.5]), 3: reply([30.0, 0.0], n=500)}

@@ -96,6 +96,10 @@ def _above_median(
     if len(values) < MIN_UPDATES_FOR_MEDIAN:
         return {}
     median = float(np.median(list(values.values())))
+    if median <= 0.0:
+        # Most clients changed nothing (or claim no samples), e.g. labels at one client only: there is no
+        # scale to judge the others by, and rejecting the one client that learnt something is no defence.
+        return {}
     bound = factor * median
     return {
         cid: f"{what} {v:.4g} exceeds {factor:g} × the round's median {median:.4g} (guards.{key}; "
