@@ -334,3 +334,21 @@ def test_the_default_guards_reject_no_honest_update_of_clients_that_keep_their_o
     )  # fmt: skip
     assert [line.get("rejected") for line in result.metrics if line.get("rejected")] == []
     assert all(len(line["update_norms"]) == 5 for line in result.metrics)
+
+
+def test_a_fault_alters_the_update_of_a_client_that_uploads_updates():
+    """CGSV's clients upload Δ, not a model: a stale one uploads a zero update (norm 0, kept), a scaled one
+    100·Δ (rejected by the default guard). Before, the fault treated Δ as a model and a 'stale' client
+    uploaded its whole start model as an update (norm ~10, rejected as an outlier)."""
+    from fedhet.api import run
+
+    base = {
+        "method.name": "cgsv", "data.dataset": "digits", "data.clients": 5, "train.rounds": 2,
+        "eval.every": 2, "model.name": "mlp", "train.threads": 1,
+    }  # fmt: skip
+    stale = run(None, overrides={**base, "faults.clients": {"0": "stale"}})
+    for line in stale.metrics:
+        assert line["update_norms"]["0"] == 0.0 and "rejected" not in line
+        assert min(v for c, v in line["update_norms"].items() if c != "0") > 0.0
+    scaled = run(None, overrides={**base, "faults.clients": {"0": "scale"}})
+    assert all("update norm" in line["rejected"]["0"] for line in scaled.metrics)

@@ -229,6 +229,8 @@ class OwnModelTrainer(SGDTrainer):
     CFFL) and ``local_epochs`` (this round's local epochs, ShapFed's longer first round).
     """
 
+    uploads_updates = True  # its (filtered) update, whatever the server sent
+
     def num_steps(self, u: LocalUpdate) -> int:
         """As the base, but an instruction's ``local_epochs`` overrides ``train.local_epochs`` this round."""
         epochs = u.config.get("local_epochs")
@@ -282,7 +284,6 @@ class OwnModelStrategy(FedAvg):
     """
 
     trainer_class = OwnModelTrainer
-    replies_are_updates = True  # the trainer uploads its (filtered) update, whatever the server sent
     #: What a client keeps of its own update ('reset' or 'keep'), sent in every instruction.
     local_update = "reset"
 

@@ -87,4 +87,6 @@ def run_client(
         scratch=SimpleNamespace(),
     )
     reply = trainer.fit(update)
-    return apply_fault(fault, reply, start), update.state
+    # A fault alters what was learnt: the change from ``start``, or the update itself where that is the reply
+    # (an empty start: a stale update is zero, a scaled one k·Δ, a flipped one −Δ).
+    return apply_fault(fault, reply, {} if trainer.uploads_updates else start), update.state

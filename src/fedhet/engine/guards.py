@@ -25,7 +25,7 @@ def update_norm(reply: Reply, sent: Instruction | None, updates: bool = False) -
     """‖w_i − w_sent‖₂ over the floating-point tensors the server sent in full (``sent.weights``; a tensor it
     did not send, such as CELM's client-held heads in warm-up, has no reference and is left out); where it
     sent none, or an increment to a model only the client holds (``delta``), or where the replies are updates
-    themselves (``updates``: the strategy's ``replies_are_updates``), ‖w_i‖₂."""
+    themselves (``updates``: the trainer's ``uploads_updates``), ‖w_i‖₂."""
     return update_norms({0: reply}, {0: sent} if sent is not None else {}, updates)[0]
 
 

@@ -198,6 +198,9 @@ class Trainer(ABC):
     #: True on a class whose ``finish`` replies exactly the trained weights, ``num_examples(data)`` and the
     #: metrics; it holds for a subclass only while the subclass keeps that class's ``finish``.
     finish_replies_trained_weights: ClassVar[bool] = False
+    #: True where a reply's weights are the update Δ = w_new − w_start, not a model (clients that keep their
+    #: own models: CFFL, CGSV, ShapFed, IAFL): the guards measure ‖Δ‖, and an injected fault alters Δ.
+    uploads_updates: ClassVar[bool] = False
 
     def num_examples(self, data: ClientData) -> int:
         """The sample count this client reports (FedAvg's n_i): its labeled samples by default."""
@@ -226,9 +229,6 @@ class Strategy(ABC):
     trainer_class: type[Trainer]
     #: True for a method whose rewards *are* the fairness reference (Standalone): no fairness against itself.
     rewards_are_reference: bool = False
-    #: True where a reply's weights are an update Δ = w_new − w_start, not a model (clients that keep their
-    #: own models: CFFL, CGSV, ShapFed, IAFL); the guards then measure ‖Δ‖, not ‖Δ − w_sent‖.
-    replies_are_updates: bool = False
     #: What the method needs of its model beyond forward/state_dict (``fedhet.models.registry.MODEL_NEEDS``):
     #: "head" (features + a Linear head), "masks" (maskable units). Checked before the first round.
     model_needs: frozenset[str] = frozenset()

@@ -215,7 +215,7 @@ class RoundLoop:
         received, failures = self.transport.send(rnd, outgoing)
         replies, rejected = accept_replies(received, self.template.state_dict())
         # ‖w_i − w_sent‖ of each well-formed reply: the guards judge by it; the audit reads it (stale)
-        norms = update_norms(replies, outgoing, self.strategy.replies_are_updates)
+        norms = update_norms(replies, outgoing, self.strategy.trainer_class.uploads_updates)
         guarded = guard_updates(replies, outgoing, cfg.guards, norms)
         for cid in guarded:
             del replies[cid]
