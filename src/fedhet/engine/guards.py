@@ -62,10 +62,12 @@ def guard_updates(
     sent: Mapping[int, Instruction],
     guards: GuardsConfig,
     norms: Mapping[int, float] | None = None,
+    updates: bool = False,
 ) -> dict[int, str]:
     """The replies the guards reject, with the reason: num_examples above ``max_num_examples`` or above
     ``num_examples_factor`` × the round's median, an update norm above ``update_norm_factor`` × the median
-    (``norms``: the replies' :func:`update_norms`, computed here when not given)."""
+    (``norms``: the replies' :func:`update_norms`, computed here when not given, measured as ``updates``
+    says: the trainer's ``uploads_updates``)."""
     rejected: dict[int, str] = {}
     if guards.max_num_examples is not None:
         for cid, reply in replies.items():
@@ -81,7 +83,7 @@ def guard_updates(
         )
     if guards.update_norm_factor:
         if norms is None:
-            norms = update_norms(replies, sent)
+            norms = update_norms(replies, sent, updates)
         kept = {cid: norms[cid] for cid in replies if cid not in rejected}
         rejected.update(
             _above_median(kept, guards.update_norm_factor, "update norm", rejected, "update_norm_factor")
