@@ -37,6 +37,8 @@ def test_run_json_summary_format(tmp_path, capsys):
             "2",
             "--set",
             "data.split_params.samples_per_client=300",
+            "--set",
+            "eval.fairness=true",  # FedAvg measures fairness only when asked
             "--out",
             str(tmp_path / "run"),
             "--json",
@@ -44,7 +46,10 @@ def test_run_json_summary_format(tmp_path, capsys):
         ]
     )
     assert rc == 0
-    d = _json_out(capsys)
+    captured = capsys.readouterr()
+    assert "one standalone run per client" in captured.err  # the pre-pass says that it runs, and why
+    assert "eval.fairness = true" in captured.err
+    d = json.loads(captured.out.strip().splitlines()[-1])
     assert set(d) >= {"method", "run_dir", "rounds", "final", "best", "contributions", "rewards"}
     assert d["method"] == "fedavg" and d["rounds"] == 2 and d["contributions"] is None
     final = d["final"]

@@ -192,6 +192,7 @@ def test_fedavg_fairness_metrics_use_local_models(tmp_path):
     cfg.data.split = "cla"
     cfg.data.split_params = {"samples_per_client": 500}
     cfg.train.rounds = 2
+    cfg.eval.fairness = True  # FedAvg measures fairness when asked ("auto" does not pay for the pre-pass)
     summary = make_simulation(cfg, run_dir=tmp_path / "r").run()
     assert summary["rewards"] is not None and len(summary["rewards"]) == 4
     assert summary["standalone"] is not None

@@ -19,7 +19,7 @@ from fedhet.engine.rundir import (
     run_dir_state,
     write_atomic,
 )
-from fedhet.errors import RunDirectoryError
+from fedhet.errors import CALLER, RunDirectoryError
 
 RUN = ["run", "--method", "fedavg", "--dataset", "digits", "--clients", "2", "--rounds", "1", "--quiet"]
 RUN += ["--set", "eval.fairness=false"]
@@ -37,12 +37,20 @@ def test_states_and_what_each_needs(tmp_path):
     assert run_dir_state(d) == "empty" and check_run_dir(d) == "empty"
     (d / "notes.txt").write_text("mine")
     assert run_dir_state(d) == "foreign"
-    with pytest.raises(RunDirectoryError, match="holds no fedhet run; pass --overwrite"):
+    with pytest.raises(RunDirectoryError, match="holds no fedhet run; pass overwrite=True"):
         check_run_dir(d, resume=True)  # resuming does not make someone else's files a run
     (d / "metrics.jsonl").write_text("")
     assert run_dir_state(d) == "unfinished"
-    with pytest.raises(RunDirectoryError, match=f"holds an unfinished run; pass --resume {d}"):
-        check_run_dir(d)
+    with pytest.raises(RunDirectoryError, match=r"holds an unfinished run .*; pass resume=True \(with out="):
+        check_run_dir(d)  # from Python, advice in keyword arguments
+    token = CALLER.set("cli")
+    try:
+        with pytest.raises(
+            RunDirectoryError, match=f"holds an unfinished run .*; pass --resume {d} .*--overwrite"
+        ):
+            check_run_dir(d)  # on the command line, in flags
+    finally:
+        CALLER.reset(token)
     assert check_run_dir(d, resume=True) == "unfinished"
     (d / "summary.json").write_text("{}")
     assert run_dir_state(d) == "finished"
@@ -70,7 +78,7 @@ def test_a_locked_directory_is_refused_naming_the_owner_and_freed_when_it_dies(t
     d = tmp_path / "r"
     with RunDirLock(d):
         with pytest.raises(
-            RunDirectoryError, match=rf"in use by another fedhet process \(pid {os.getpid()}\)"
+            RunDirectoryError, match=rf"in use by pid {os.getpid()} \(a run is writing there\)"
         ):
             RunDirLock(d).acquire()
     # a process that holds the lock and is killed (no clean-up): the kernel frees the lock
@@ -103,6 +111,70 @@ def test_a_locked_directory_is_refused_naming_the_owner_and_freed_when_it_dies(t
         except RunDirectoryError:
             assert time.monotonic() < deadline
             time.sleep(0.1)
+
+
+def test_a_directory_a_live_run_writes_to_is_in_use_not_unfinished(tmp_path, capsys):
+    d = tmp_path / "r"
+    # a process that holds the lock of a directory holding a run's first files, as a live run does
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import sys, pathlib, time; from fedhet.engine.rundir import RunDirLock; "
+            "held = RunDirLock(sys.argv[1]).acquire(); "
+            "(pathlib.Path(sys.argv[1]) / 'metrics.jsonl').write_text(''); print('locked', flush=True); "
+            "time.sleep(60)",
+            str(d),
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert holder.stdout.readline().strip() == "locked"
+        assert run_dir_state(d) == "unfinished"
+        in_use = rf"in use by pid {holder.pid} \(a run is writing there\); wait for it, or choose another"
+        for kw in ({}, {"resume": True}, {"overwrite": True}):
+            with pytest.raises(RunDirectoryError, match=in_use):
+                check_run_dir(d, **kw)
+        assert main([*RUN, "--out", str(d)]) == 2
+        err = capsys.readouterr().err
+        assert (
+            f"in use by pid {holder.pid} (a run is writing there); wait for it, or choose another --out"
+            in err
+        )
+        assert "unfinished" not in err
+        os.kill(holder.pid, signal.SIGKILL)
+        holder.wait(timeout=10)
+    finally:
+        if holder.poll() is None:
+            holder.kill()
+            holder.wait(timeout=10)
+    # the holder died: its pid is no owner any more, and the directory is an unfinished run again
+    with pytest.raises(RunDirectoryError, match="holds an unfinished run"):
+        check_run_dir(d)
+
+
+def test_a_finished_lock_names_no_owner(tmp_path):
+    d = tmp_path / "r"
+    RunDirLock(d).acquire().release()
+    assert (d / LOCK_FILE).read_text() == ""
+
+
+def test_the_python_api_gives_advice_in_keyword_arguments(tmp_path):
+    import fedhet
+
+    overrides = {"data.dataset": "digits", "data.clients": 2, "train.rounds": 1, "model.name": "mlp"}
+    fedhet.run(overrides=overrides, out=tmp_path / "r")
+    with pytest.raises(
+        RunDirectoryError, match="pass overwrite=True to replace it, or choose another out="
+    ) as e:
+        fedhet.run(overrides=overrides, out=tmp_path / "r")
+    assert "--" not in str(e.value)
+    (tmp_path / "cmp" / "fedavg-seed0").mkdir(parents=True)
+    (tmp_path / "cmp" / "fedavg-seed0" / "mine.txt").write_text("x")
+    with pytest.raises(RunDirectoryError, match="Pass rerun=True to replace them") as e:
+        fedhet.compare(overrides=overrides, methods=["fedavg"], out=tmp_path / "cmp")
+    assert "--" not in str(e.value)
 
 
 def test_write_atomic_replaces_in_one_step(tmp_path):

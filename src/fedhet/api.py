@@ -87,6 +87,8 @@ class CompareResult:
 
     rows: list[dict[str, Any]]
     runs: dict[str, list[RunResult]]
+    #: Where the runs, ``compare.json`` and ``compare.csv`` are: ``out``, or the temporary folder
+    #: (``$TMPDIR/fedhet-compare-*``) made when none was given, which fedhet never deletes.
     out_dir: Path
     #: The configuration every method started from, with the method defaults applied (as compare.json).
     config: ExperimentConfig | None = field(default=None, repr=False)
@@ -167,21 +169,29 @@ def run(
     """Run one experiment and return its result (what ``fedhet run`` does).
 
     ``out``: the run directory (written as by ``fedhet run``: config, metrics.jsonl, summary, checkpoints);
-    None keeps nothing on disk. ``resume``: continue the interrupted run in ``out`` from its last checkpoint;
-    its config is the run's own (``config`` None reads ``out/config.toml``) and method defaults are not
-    applied again. ``dataset``: a :class:`fedhet.data.Dataset` to train on (registered under its name).
+    None writes no run directory. Outside ``out`` a run writes only to fedhet's cache, ``$FEDHET_CACHE``
+    (default ``~/.cache/fedhet``, safe to delete): ``datasets/`` when it decodes image folders or tars
+    (CIFAR-10's JPEG copy, CINIC-10, Tiny-ImageNet), and ``standalone/<key>.json`` when it runs the standalone
+    pre-pass — only for a method that takes the clients' standalone accuracies as an input or when fairness is
+    measured (``eval.fairness = true``, or ``"auto"`` for CGSV, CFFL, IAFL, ShapFed, FedRAC, FedSAC; announced
+    through ``notify``). ``resume``: continue the interrupted run in ``out`` from its last checkpoint; its
+    config is the run's own (``config`` None reads ``out/config.toml``) and method defaults are not applied
+    again. ``dataset``: a :class:`fedhet.data.Dataset` to train on (registered under its name).
     ``progress(round, line)`` is called after every round. ``engine``: ``"embedded"`` (one process) or
-    ``"flower-simulation"`` (Flower's simulation engine, Ray; needs fedhet[flower]). ``progress_bars``
-    opens one progress display per simulation (the standalone pre-pass where the run needs it, then the
-    run). Method defaults (a validation split for CFFL/FedRAC, their model) are applied as in the CLI, each
-    with a notice passed to ``notify`` (default: logged).
+    ``"flower-simulation"`` (Flower's simulation engine, Ray; needs fedhet[flower]). ``progress_bars`` opens
+    one progress display per simulation (the standalone pre-pass where the run needs it, then the run). Method
+    defaults (a validation split for CFFL/FedRAC, their model) are applied as in the CLI, each with a notice
+    passed to ``notify`` (default: logged).
     """
     from fedhet.algorithms import build_strategy
     from fedhet.engine.rundir import check_run_dir
     from fedhet.experiment import (
         apply_method_defaults,
+        cached_standalone_accuracies,
         make_simulation,
         needs_reference,
+        prepass_notice,
+        reference_reason,
         standalone_accuracies,
     )
 
@@ -214,9 +224,14 @@ def run(
         require_flower()
         check_transport(strategy, "flower")
     reference = None
-    if needs_reference(cfg, strategy):  # the standalone pre-pass (cached), with its own bar
-        bar = _bar(progress_bars, f"standalone seed {cfg.seed} (reference accuracies)", cfg.train.rounds)
-        reference = standalone_accuracies(cfg, progress=bar)
+    if needs_reference(cfg, strategy):  # the standalone pre-pass (cached), announced, with its own bar
+        reference = cached_standalone_accuracies(cfg)
+        if reference is None:
+            notify(f"note: {prepass_notice(cfg, reference_reason(cfg, strategy))}")
+            bar = _bar(
+                progress_bars, f"standalone pre-pass seed {cfg.seed} (fairness reference)", cfg.train.rounds
+            )
+            reference = standalone_accuracies(cfg, progress=bar)
     per_round = _per_round(
         _bar(progress_bars, f"{cfg.method.name} seed {cfg.seed}", cfg.train.rounds), progress
     )
@@ -285,12 +300,13 @@ def compare(
 ) -> CompareResult:
     """Run ``methods`` on the same splits for every seed, as ``fedhet compare`` does, and aggregate.
 
-    ``out`` defaults to a new temporary directory (the runs stay there); the rows are written there as
-    ``compare.json`` (with the config) and ``compare.csv``. Finished cells in ``out`` are reused unless
-    ``rerun``. With ``jobs > 1`` cells run in worker processes, which see a method, model or data set
-    registered in Python only if the registration happens when the calling script is imported (or through
-    an entry point). ``progress_bars`` opens one progress display per run; ``notify`` receives one-line
-    messages for the user (method defaults applied, runs reused; default: logged).
+    ``out`` defaults to a new temporary directory, ``$TMPDIR/fedhet-compare-XXXX`` (named in a message to
+    ``notify`` and in the result's ``out_dir``; the runs stay there until you delete it); the rows are written
+    there as ``compare.json`` (with the config) and ``compare.csv``. Finished cells in ``out`` are reused
+    unless ``rerun``. With ``jobs > 1`` cells run in worker processes, which see a method, model or data set
+    registered in Python only if the registration happens when the calling script is imported (or through an
+    entry point). ``progress_bars`` opens one progress display per run; ``notify`` receives one-line messages
+    for the user (method defaults applied, runs reused; default: logged).
     """
     from fedhet.comparison import aggregate_rows, default_threads, run_comparison, write_rows_csv
     from fedhet.engine.records import jsonable
@@ -303,7 +319,15 @@ def compare(
     _use_dataset(base, dataset)
     if jobs > 1 and base.train.threads is None:
         base.train.threads = default_threads(jobs)
-    out_dir = Path(out) if out is not None else Path(tempfile.mkdtemp(prefix="fedhet-compare-"))
+    notify = notify or _log_notice
+    if out is None:
+        out_dir = Path(tempfile.mkdtemp(prefix="fedhet-compare-"))
+        notify(
+            f"note: no out= given: the runs are written to {out_dir} (result.out_dir; kept until you delete "
+            "it; pass out=DIR to choose, and to reuse finished runs on a second call)"
+        )
+    else:
+        out_dir = Path(out)
     results = run_comparison(
         base,
         list(methods),
@@ -313,7 +337,7 @@ def compare(
         progress=progress_bars,
         jobs=jobs,
         reuse=not rerun,
-        notify=notify or _log_notice,
+        notify=notify,
     )
     rows = aggregate_rows(results)
     payload = {"rows": rows, "out_dir": str(out_dir), "config": base.to_dict()}

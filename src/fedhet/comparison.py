@@ -32,11 +32,14 @@ from fedhet.config import ExperimentConfig, apply_override, load_config
 from fedhet.engine import checkpoint as ckpt
 from fedhet.engine.rundir import run_dir_state
 from fedhet.engine.warm_start import recorded_warm_start, warm_start_digest
-from fedhet.errors import FedhetError, RunDirectoryError, TrainingDivergedError
+from fedhet.errors import FedhetError, RunDirectoryError, TrainingDivergedError, option
 from fedhet.experiment import (
     apply_method_defaults,
+    cached_standalone_accuracies,
     make_simulation,
     needs_reference,
+    prepass_notice,
+    reference_reason,
     standalone_accuracies,
     standalone_key,
     store_standalone_accuracies,
@@ -65,8 +68,15 @@ def method_config(
     return cfg
 
 
-def _needs_standalone(cfg: ExperimentConfig) -> bool:
-    return needs_reference(cfg, build_strategy(cfg.method.name, cfg.method.params))
+def _needs_standalone(cfg: ExperimentConfig, auto: bool | None = None) -> bool:
+    return needs_reference(cfg, build_strategy(cfg.method.name, cfg.method.params), auto=auto)
+
+
+def comparison_measures_fairness(strategies: list[Any], configs: list[ExperimentConfig]) -> bool:
+    """Whether a comparison measures fairness under ``eval.fairness = "auto"``: when one of its methods does
+    by default (``Strategy.fairness_by_default``) or takes the standalone accuracies as an input; then every
+    method with rewards gets fairness columns too (FedAvg beside FedRAC), from the same pre-pass."""
+    return any(needs_reference(cfg, strategy) for cfg, strategy in zip(configs, strategies, strict=True))
 
 
 @dataclass
@@ -210,20 +220,20 @@ def run_comparison(
     if jobs < 1:
         raise ValueError(f"jobs={jobs} must be >= 1")
     method_params = method_params or {}
-    strategies = [
-        build_strategy(m, method_config(base, m, base.seed, method_params.get(m)).method.params)
-        for m in methods
-    ]
+    configs = [method_config(base, m, base.seed, method_params.get(m)) for m in methods]
+    strategies = [build_strategy(m, c.method.params) for m, c in zip(methods, configs, strict=True)]
     for notice in apply_method_defaults(base, strategies):  # in place: one split and model for all methods
         if notify:
             notify(f"note: {notice}, for every method of the comparison (one split and one model for all)")
     out_dir.mkdir(parents=True, exist_ok=True)
+    configs = [method_config(base, m, base.seed, method_params.get(m)) for m in methods]  # with the defaults
+    auto = comparison_measures_fairness(strategies, configs)
     plan = []
     for seed in seeds:
         for m in methods:
             cfg = method_config(base, m, seed, method_params.get(m))
             run_dir = out_dir / f"{m}-seed{seed}"
-            plan.append(PlannedRun(m, seed, cfg, run_dir, _needs_standalone(cfg), may_resume=reuse))
+            plan.append(PlannedRun(m, seed, cfg, run_dir, _needs_standalone(cfg, auto), may_resume=reuse))
     if reuse:
         conflicts = conflicting_cells(plan)
         if conflicts:
@@ -232,7 +242,7 @@ def run_comparison(
                 "comparison would replace: "
                 + "; ".join(conflicts[:5])
                 + ("; ..." if len(conflicts) > 5 else "")
-                + ". Pass --rerun to replace them, or choose another --out"
+                + f". Pass {option('rerun')} to replace them, or choose another {option('out')}"
             )
     done: dict[tuple[str, int], dict[str, Any]] = {}
     if reuse:
@@ -248,12 +258,31 @@ def run_comparison(
     )
     if done and notify:
         names = ", ".join(f"{m} seed {s}" for m, s in done)
-        notify(f"reusing {len(done)} finished run(s) in {out_dir} ({names}); pass --rerun to run them again")
+        notify(
+            f"reusing {len(done)} finished run(s) in {out_dir} ({names}); pass {option('rerun')} to run "
+            "them again"
+        )
+    if notify:
+        for run in _standalone_runs(todo).values():
+            if any(r.provides_standalone and standalone_key(r.cfg) == standalone_key(run.cfg) for r in todo):
+                continue  # the seed's 'standalone' cell is the pre-pass
+            if cached_standalone_accuracies(run.cfg) is None:
+                notify(prepass_notice(run.cfg, _prepass_reason(run)))
     if todo and jobs == 1:
         _run_sequential(todo, done, progress)
     elif todo:
         _run_parallel(todo, done, progress, jobs)
     return {m: [done[(m, s)] for s in seeds] for m in methods}
+
+
+def _prepass_reason(run: PlannedRun) -> str:
+    strategy = build_strategy(run.cfg.method.name, run.cfg.method.params)
+    if "reference_contributions" in strategy.requirements() or run.cfg.eval.fairness is True:
+        return reference_reason(run.cfg, strategy)
+    return (
+        'this comparison measures fairness (eval.fairness = "auto" and one of its methods reports it; set '
+        "eval.fairness = false to skip it)"
+    )
 
 
 def _standalone_runs(todo: list[PlannedRun]) -> dict[str, PlannedRun]:

@@ -5,6 +5,8 @@ Each message says what was wrong and how to fix it.
 
 from __future__ import annotations
 
+from contextvars import ContextVar
+
 
 class FedhetError(Exception):
     """Base class of every error fedhet raises on purpose."""
@@ -45,3 +47,25 @@ class TrainingDivergedError(FedhetError, RuntimeError):
         super().__init__(message)
         self.round = round
         self.summary: dict | None = None
+
+
+# --------------------------------------------------------------------------------------------------------
+# Advice in the caller's words: a flag on the command line, a keyword argument in Python
+# --------------------------------------------------------------------------------------------------------
+#: "python" (the default: fedhet.run, fedhet.compare) or "cli" (set by the ``fedhet`` command).
+CALLER: ContextVar[str] = ContextVar("fedhet_caller", default="python")
+
+#: option -> (how the command line spells it, how the Python API spells it); ``{dir}`` is the directory.
+_OPTIONS = {
+    "overwrite": ("--overwrite", "overwrite=True"),
+    "resume": ("--resume {dir}", "resume=True (with out={dir!r})"),
+    "rerun": ("--rerun", "rerun=True"),
+    "out": ("--out", "out="),
+}
+
+
+def option(name: str, run_dir: object = "") -> str:
+    """How the caller names option ``name`` in advice: ``--resume DIR`` on the command line,
+    ``resume=True`` from Python (``fedhet.run``/``fedhet.compare``)."""
+    cli, python = _OPTIONS[name]
+    return (cli if CALLER.get() == "cli" else python).format(dir=str(run_dir))

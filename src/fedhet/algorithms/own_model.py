@@ -284,6 +284,8 @@ class OwnModelStrategy(FedAvg):
     """
 
     trainer_class = OwnModelTrainer
+    #: Rewards are these methods' result: fairness is measured unless eval.fairness = false.
+    fairness_by_default = True
     #: What a client keeps of its own update ('reset' or 'keep'), sent in every instruction.
     local_update = "reset"
 

@@ -102,6 +102,8 @@ class SubmodelStrategy(FedAvg):
 
     name = "submodel"
     model_needs = frozenset({"masks"})
+    #: Rewards are these methods' result: fairness is measured unless eval.fairness = false.
+    fairness_by_default = True
     #: Short label in figure titles.
     label = "submodel"
 

@@ -14,7 +14,7 @@ import logging
 import sys
 
 from fedhet.cli import catalog, compare, data, report, reproduce, run, study
-from fedhet.errors import FedhetError
+from fedhet.errors import CALLER, FedhetError
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -34,8 +34,11 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(
         level=logging.DEBUG if args.verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s"
     )
+    token = CALLER.set("cli")  # advice in errors names flags (--overwrite), not keywords (overwrite=True)
     try:
         return int(args.func(args) or 0)
     except FedhetError as exc:
         print(f"fedhet: error: {exc}", file=sys.stderr)
         return 2
+    finally:
+        CALLER.reset(token)

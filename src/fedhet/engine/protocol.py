@@ -229,6 +229,10 @@ class Strategy(ABC):
     trainer_class: type[Trainer]
     #: True for a method whose rewards *are* the fairness reference (Standalone): no fairness against itself.
     rewards_are_reference: bool = False
+    #: True for a method whose rewards are its result (CGSV, CFFL, IAFL, ShapFed, FedRAC, FedSAC): under
+    #: ``eval.fairness = "auto"`` its runs measure fairness, paying for the standalone pre-pass. Other methods
+    #: (FedAvg, CELM, ...) measure it only when asked (``eval.fairness = true``) or beside one of these.
+    fairness_by_default: bool = False
     #: What the method needs of its model beyond forward/state_dict (``fedhet.models.registry.MODEL_NEEDS``):
     #: "head" (features + a Linear head), "masks" (maskable units). Checked before the first round.
     model_needs: frozenset[str] = frozenset()

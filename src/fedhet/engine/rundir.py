@@ -24,7 +24,7 @@ import shutil
 from pathlib import Path
 from typing import IO
 
-from fedhet.errors import RunDirectoryError
+from fedhet.errors import RunDirectoryError, option
 
 LOCK_FILE = ".fedhet.lock"
 #: The files whose presence makes a directory a fedhet run (written at the start of every run).
@@ -64,10 +64,7 @@ class RunDirLock:
             fh.seek(0)
             owner = fh.read().strip() or "unknown"
             fh.close()
-            raise RunDirectoryError(
-                f"run directory {self.run_dir} is in use by another fedhet process (pid {owner}); wait for "
-                "it to finish, stop it, or choose another --out"
-            ) from None
+            raise RunDirectoryError(in_use_message(self.run_dir, owner)) from None
         fh.seek(0)
         fh.truncate()
         fh.write(f"{os.getpid()}\n")
@@ -79,7 +76,11 @@ class RunDirLock:
         if self._fh is None:
             return
         # The file stays: unlinking it would let a process that opened it before the unlink lock a file
-        # that no longer has the name, while a third one locks a new file of that name.
+        # that no longer has the name, while a third one locks a new file of that name. Its pid goes: a
+        # finished run names no owner.
+        self._fh.seek(0)
+        self._fh.truncate()
+        self._fh.flush()
         fcntl.flock(self._fh.fileno(), fcntl.LOCK_UN)
         self._fh.close()
         self._fh = None
@@ -91,6 +92,46 @@ class RunDirLock:
         self.release()
 
 
+def in_use_message(run_dir: Path, pid: object) -> str:
+    """The error for a directory a live run is writing to."""
+    return (
+        f"run directory {run_dir} is in use by pid {pid} (a run is writing there); wait for it, or choose "
+        f"another {option('out')}"
+    )
+
+
+def live_owner(run_dir: Path) -> int | None:
+    """The pid of another live process holding ``run_dir``'s lock (a run writing there), or None.
+
+    The lock file names the pid that took it; the pid is taken as the owner only while that process is alive
+    and the lock is held (a probe with a shared lock, released at once), so neither a crashed run's pid nor a
+    reused pid reads as a live run."""
+    path = Path(run_dir) / LOCK_FILE
+    try:
+        text = path.read_text().strip()
+    except OSError:
+        return None
+    if not text.isdigit() or int(text) == os.getpid():
+        return None
+    pid = int(text)
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return None
+    except PermissionError:  # alive, another user's
+        pass
+    try:
+        with open(path) as fh:
+            try:
+                fcntl.flock(fh.fileno(), fcntl.LOCK_SH | fcntl.LOCK_NB)
+            except BlockingIOError:
+                return pid
+            fcntl.flock(fh.fileno(), fcntl.LOCK_UN)
+    except OSError:
+        return None
+    return None
+
+
 def check_run_dir(run_dir: Path, *, resume: bool = False, overwrite: bool = False) -> str:
     """Refuse a directory whose contents a run would lose (see the module docstring); returns its state.
 
@@ -100,22 +141,27 @@ def check_run_dir(run_dir: Path, *, resume: bool = False, overwrite: bool = Fals
     if run_dir.exists() and not run_dir.is_dir():
         raise RunDirectoryError(f"run directory {run_dir} is a file; pass a directory (created if missing)")
     state = run_dir_state(run_dir)
+    owner = live_owner(run_dir) if run_dir.is_dir() else None
+    if owner is not None:  # neither --resume nor --overwrite may take a directory a live run writes to
+        raise RunDirectoryError(in_use_message(run_dir, owner))
     if overwrite or state == "empty":
         return state
+    out = option("out")
     if state == "finished" and not resume:
         raise RunDirectoryError(
-            f"run directory {run_dir} holds a finished run (summary.json); pass --overwrite to replace it, "
-            "or choose another --out"
+            f"run directory {run_dir} holds a finished run (summary.json); pass {option('overwrite')} to "
+            f"replace it, or choose another {out}"
         )
     if state == "unfinished" and not resume:
         raise RunDirectoryError(
-            f"run directory {run_dir} holds an unfinished run; pass --resume {run_dir} to continue it, "
-            "--overwrite to start it again, or choose another --out"
+            f"run directory {run_dir} holds an unfinished run (interrupted or crashed: no process writes "
+            f"there); pass {option('resume', run_dir)} to continue it, {option('overwrite')} to start it "
+            f"again, or choose another {out}"
         )
     if state == "foreign":
         raise RunDirectoryError(
-            f"run directory {run_dir} is not empty and holds no fedhet run; pass --overwrite to empty it "
-            "(its files are deleted), or choose another --out"
+            f"run directory {run_dir} is not empty and holds no fedhet run; pass {option('overwrite')} to "
+            f"empty it (its files are deleted), or choose another {out}"
         )
     return state
 
