@@ -49,6 +49,22 @@ class TrainingDivergedError(FedhetError, RuntimeError):
         self.summary: dict | None = None
 
 
+class RunInterrupted(KeyboardInterrupt):
+    """Ctrl-C stopped a run during round ``round`` (not an error: a KeyboardInterrupt that says where).
+
+    The run directory keeps what the run saved: its ``metrics.jsonl`` lines and its checkpoints, the last of
+    round ``checkpoint_round`` (None: none yet); a resumed run continues from that checkpoint and repeats the
+    rounds after it exactly.
+    """
+
+    def __init__(self, round: int, checkpoint_round: int | None, run_dir: object = None) -> None:
+        super().__init__(f"interrupted at round {round}")
+        self.round, self.checkpoint_round, self.run_dir = round, checkpoint_round, run_dir
+
+    def __reduce__(self):  # across a worker process's pipe, with its fields
+        return (type(self), (self.round, self.checkpoint_round, self.run_dir))
+
+
 # --------------------------------------------------------------------------------------------------------
 # Advice in the caller's words: a flag on the command line, a keyword argument in Python
 # --------------------------------------------------------------------------------------------------------

@@ -14,6 +14,7 @@ import logging
 import sys
 
 from fedhet.cli import catalog, compare, data, report, reproduce, run, study
+from fedhet.cli.common import interrupted_line
 from fedhet.errors import CALLER, FedhetError
 
 
@@ -34,11 +35,15 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(
         level=logging.DEBUG if args.verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s"
     )
+    args.argv = list(sys.argv[1:] if argv is None else argv)  # what a resume command repeats
     token = CALLER.set("cli")  # advice in errors names flags (--overwrite), not keywords (overwrite=True)
     try:
         return int(args.func(args) or 0)
     except FedhetError as exc:
         print(f"fedhet: error: {exc}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt as exc:  # Ctrl-C: one line, the command that resumes, no traceback
+        print(f"fedhet: {interrupted_line(exc, getattr(args, 'resume_command', None))}", file=sys.stderr)
+        return 130
     finally:
         CALLER.reset(token)

@@ -94,6 +94,44 @@ def writable_file(path: Path, flag: str) -> Path:
 
 
 # --------------------------------------------------------------------------------------------------------
+# Ctrl-C
+# --------------------------------------------------------------------------------------------------------
+def interrupted_line(exc: BaseException, resume_command: str | None) -> str:
+    """The one line a command prints when Ctrl-C stops it: where, and the command that continues."""
+    rnd = getattr(exc, "round", None)
+    where = f"at round {rnd}" if rnd is not None else "before its first round ended"
+    line = f"interrupted {where}"
+    if resume_command:
+        line += f" — resume with: {resume_command}"
+        ckpt = getattr(exc, "checkpoint_round", "unknown")
+        if ckpt is None:
+            line += " (no checkpoint yet: it starts from round 1)"
+        elif ckpt != "unknown":
+            line += f" (it continues after round {ckpt}, the last checkpoint)"
+    return line
+
+
+def rerun_command(argv: list[str], out_dir: Path, drop: tuple[str, ...] = ()) -> str:
+    """``fedhet ARGV`` with ``--out out_dir`` (replacing any given) and without the flags in ``drop``: the
+    command that, run again, reuses the finished cells in ``out_dir`` and resumes the unfinished ones."""
+    import shlex
+
+    kept: list[str] = []
+    skip = False
+    for item in argv:
+        if skip:
+            skip = False
+            continue
+        if item == "--out":
+            skip = True
+            continue
+        if item.startswith("--out=") or item in drop:
+            continue
+        kept.append(item)
+    return shlex.join(["fedhet", *kept, "--out", str(out_dir)])
+
+
+# --------------------------------------------------------------------------------------------------------
 # Console, progress, numbers
 # --------------------------------------------------------------------------------------------------------
 #: Columns for tables written to a pipe or a log file (rich's default there is 80, which wraps them).

@@ -15,6 +15,7 @@ from fedhet.cli.common import (
     add_experiment_args,
     build_config,
     fmt_metric,
+    rerun_command,
     status_console,
     writable_dir,
 )
@@ -113,6 +114,8 @@ def cmd_compare(args: argparse.Namespace) -> int:
     stamp = time.strftime("%Y%m%d-%H%M%S")
     default = Path(base.out or "runs") / f"compare-{base.data.dataset}-{base.data.split}-{stamp}"
     out_dir = writable_dir(Path(args.out) if args.out else default, "--out")
+    # printed on Ctrl-C: the same command into the same folder reuses finished cells, resumes the others
+    args.resume_command = rerun_command(getattr(args, "argv", []), out_dir, drop=("--rerun",))
     with RunProgress(console, enabled=not args.quiet) as prog:
         # runs every cell, then writes compare.json and compare.csv into out_dir
         result = compare(

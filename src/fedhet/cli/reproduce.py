@@ -8,7 +8,7 @@ import json
 import time
 from pathlib import Path
 
-from fedhet.cli.common import RunProgress, status_console, writable_dir
+from fedhet.cli.common import RunProgress, rerun_command, status_console, writable_dir
 from fedhet.errors import ConfigError
 
 
@@ -113,6 +113,8 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
     out_dir = writable_dir(
         Path(args.out) if args.out else Path("runs") / "reproduce" / f"{spec.path.stem}-{scale.name}", "--out"
     )
+    # printed on Ctrl-C: the same command into the same folder reuses finished cells, resumes the others
+    args.resume_command = rerun_command(getattr(args, "argv", []), out_dir)
     if not args.quiet:
         console.print(f"{spec.title}: scale {scale.name} ({scale.note}); output {out_dir}")
     started = time.perf_counter()

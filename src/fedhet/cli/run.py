@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shlex
 import sys
 import time
 from pathlib import Path
@@ -75,6 +76,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     else:
         config = build_config(args)
         run_dir = writable_dir(Path(args.out) if args.out else default_run_dir(config), "--out")
+    args.resume_command = f"fedhet run --resume {shlex.quote(str(run_dir))}"  # printed on Ctrl-C
     # The bar appears with the first round: a bad method or a taken --out fails before it, with no run
     # directory written.
     with RunProgress(console, enabled=not args.quiet, lazy=True) as prog:

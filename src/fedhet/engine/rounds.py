@@ -50,7 +50,7 @@ from fedhet.engine.schedule import dropped_clients, learning_rate, resolve_devic
 from fedhet.engine.seeds import derived_rng, model_seed
 from fedhet.engine.warm_start import WARM_START_FILE, recorded_warm_start, warm_start_weights
 from fedhet.engine.weights import snapshot_state, weights_digest
-from fedhet.errors import CheckpointError, ConfigError, TrainingDivergedError
+from fedhet.errors import CheckpointError, ConfigError, RunInterrupted, TrainingDivergedError
 from fedhet.models.registry import check_model_contract
 
 log = logging.getLogger("fedhet")
@@ -305,6 +305,7 @@ class RoundLoop:
         }
         ckpt.save_checkpoint(ckpt.checkpoint_dir(self.run_dir, rnd), state)
         ckpt.prune_checkpoints(self.run_dir, keep=2)
+        self.checkpoint_round = rnd
 
     def restore(self) -> bool:
         """Load the run directory's latest checkpoint; False when there is none."""
@@ -337,6 +338,7 @@ class RoundLoop:
         self.unusable_rounds = int(state.get("unusable_rounds", 0))
         self.code_commits = list(state.get("code_commits", []))  # none in checkpoints written before 12/2026
         # Lines after the checkpoint's round are dropped (they are run again), a torn last line included.
+        self.checkpoint_round = int(state["round"])
         self.history = read_rounds(self.run_dir / "metrics.jsonl", int(state["round"]))
         self.timings = read_rounds(self.run_dir / "timings.jsonl", int(state["round"]))
         log.info("resumed %s from round %d", self.run_dir, state["round"])
@@ -414,35 +416,47 @@ class RoundLoop:
         return summary
 
     def _train_rounds(self) -> None:
-        """Rounds start_round..rounds: train, evaluate, record (metrics.jsonl), checkpoint, tell listeners."""
+        """Rounds start_round..rounds: train, evaluate, record (metrics.jsonl), checkpoint, tell listeners.
+
+        Ctrl-C stops the run at once with :class:`RunInterrupted` (the round it came in and the last
+        checkpoint); the round in progress is lost and resuming repeats the rounds after the checkpoint."""
+        rnd = self.start_round
+        try:
+            for rnd in range(self.start_round, self.cfg.train.rounds + 1):
+                self._one_round(rnd)
+        except RunInterrupted:
+            raise
+        except KeyboardInterrupt:
+            raise RunInterrupted(rnd, getattr(self, "checkpoint_round", None), self.run_dir) from None
+
+    def _one_round(self, rnd: int) -> None:
         cfg = self.cfg
-        for rnd in range(self.start_round, cfg.train.rounds + 1):
-            tr = time.perf_counter()
-            line = self.train_round(rnd)
-            timing = {"round": rnd, "train_s": time.perf_counter() - tr, **self.transport.round_timing()}
-            if rnd % cfg.eval.every == 0 or rnd == cfg.train.rounds:
-                te = time.perf_counter()
-                line.update(self.evaluate(rnd))
-                timing["eval_s"] = time.perf_counter() - te
-            line.update(self.strategy.round_metrics(rnd))
-            lost = [int(c) for key in ("rejected", "failed") for c in line.get(key, {})]
-            if "contributions" in line and lost:
-                line["contributions"] = zero_rejected(line["contributions"], lost)
-            self.history.append(line)
-            self.timings.append(timing)
-            if self.run_dir is not None:
-                # Timings live apart from metrics.jsonl, which is bit-identical across runs with one seed.
-                with open(self.run_dir / "metrics.jsonl", "a") as fh:
-                    fh.write(json.dumps(jsonable(line)) + "\n")
-                with open(self.run_dir / "timings.jsonl", "a") as fh:
-                    fh.write(json.dumps(timing) + "\n")
-                every = cfg.eval.checkpoint_every
-                if rnd == cfg.train.rounds or (every and rnd % every == 0):
-                    self.save(rnd)
-            for listener in self.listeners:
-                listener.round_done(rnd, line)
-            if self.progress is not None:
-                self.progress(rnd, cfg.train.rounds, line)
+        tr = time.perf_counter()
+        line = self.train_round(rnd)
+        timing = {"round": rnd, "train_s": time.perf_counter() - tr, **self.transport.round_timing()}
+        if rnd % cfg.eval.every == 0 or rnd == cfg.train.rounds:
+            te = time.perf_counter()
+            line.update(self.evaluate(rnd))
+            timing["eval_s"] = time.perf_counter() - te
+        line.update(self.strategy.round_metrics(rnd))
+        lost = [int(c) for key in ("rejected", "failed") for c in line.get(key, {})]
+        if "contributions" in line and lost:
+            line["contributions"] = zero_rejected(line["contributions"], lost)
+        self.history.append(line)
+        self.timings.append(timing)
+        if self.run_dir is not None:
+            # Timings live apart from metrics.jsonl, which is bit-identical across runs with one seed.
+            with open(self.run_dir / "metrics.jsonl", "a") as fh:
+                fh.write(json.dumps(jsonable(line)) + "\n")
+            with open(self.run_dir / "timings.jsonl", "a") as fh:
+                fh.write(json.dumps(timing) + "\n")
+            every = cfg.eval.checkpoint_every
+            if rnd == cfg.train.rounds or (every and rnd % every == 0):
+                self.save(rnd)
+        for listener in self.listeners:
+            listener.round_done(rnd, line)
+        if self.progress is not None:
+            self.progress(rnd, cfg.train.rounds, line)
 
     def summary(self, wall: float) -> dict[str, Any]:
         """The run's ``summary.json`` from its metrics lines so far (``fedhet.engine.records``)."""
