@@ -16,7 +16,7 @@ $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q torch==2.13.0
-	$(PY) -m pip install -q -e ".[dev,flower,tensorboard]"
+	$(PY) -m pip install -q -e ".[dev,flower,tensorboard,tables]"
 	touch $(STAMP)
 
 # Fashion-MNIST from the Debian package, when it is missing and apt is usable (root).

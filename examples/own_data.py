@@ -9,6 +9,8 @@ From the command line the same files run with
 """
 
 import sys
+import tempfile
+from pathlib import Path
 
 import numpy as np
 from sklearn.datasets import load_digits
@@ -34,6 +36,7 @@ result = fedhet.run(
     overrides={"train.rounds": 2 if tiny else 15, "train.lr": 0.05},
 )  # fmt: skip
 print(f"final accuracy {100 * result.accuracy:.2f}% after {result.rounds} rounds")
-np.savez("my-digits.npz", x_train=images[train], y_train=digits.target[train],
+archive = Path(tempfile.gettempdir()) / "my-digits.npz"  # outside the repository and your working folder
+np.savez(archive, x_train=images[train], y_train=digits.target[train],
          x_test=images[test], y_test=digits.target[test])  # fmt: skip
-print("wrote my-digits.npz: try  fedhet run --dataset npz --data-path my-digits.npz --clients 4 --rounds 5")
+print(f"wrote {archive}: try  fedhet run --dataset npz --data-path {archive} --clients 4 --rounds 5")

@@ -717,7 +717,7 @@ def test_read_tiny_imagenet_missing_annotation(tmp_path, rng):
 def test_read_npz_exact_and_channels_last(tmp_path, rng):
     x_train = rng.integers(0, 256, (6, 10, 12, 3), dtype=np.uint8)  # (N, H, W, C)
     x_test = rng.integers(0, 256, (2, 10, 12, 3), dtype=np.uint8)
-    y_train, y_test = rng.integers(0, 4, 6), rng.integers(0, 4, 2)
+    y_train, y_test = np.array([3, 0, 1, 2, 1, 0]), np.array([2, 3])  # every class 0..3 present
     np.savez(tmp_path / "mine.npz", x_train=x_train, y_train=y_train, x_test=x_test, y_test=y_test)
     out = formats.read_npz(tmp_path / "mine.npz")
     np.testing.assert_array_equal(out.train_x, x_train.transpose(0, 3, 1, 2))

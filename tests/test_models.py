@@ -330,7 +330,7 @@ def test_build_model_rejects_bad_names_and_params() -> None:
     with pytest.raises(ConfigError, match="divisible"):
         build_model("resnet18gn", (3, 32, 32), 10, width=15)
     with pytest.raises(ConfigError, match="input_shape"):
-        build_model("mlp", (784,), 10)
+        build_model("mlp", (28, 28), 10)  # neither an image (C, H, W) nor a table row (F,)
     with pytest.raises(ConfigError, match="num_classes"):
         build_model("mlp", (1, 28, 28), 0)
     with pytest.raises(ConfigError, match="18x18"):

@@ -62,8 +62,12 @@ OVERLAP_ACROSS = {"cla"}
 USES_ALL = {"iid", "dirichlet-per-client", "dirichlet-per-class", "dirichlet-prior", "dirichlet-pairs"}
 
 
+# Splits that follow the data's own layout instead of drawing one (tested below and in test_tables.py).
+LAYOUT_SPLITS = {"sites"}
+
+
 def test_every_split_is_covered() -> None:
-    assert set(CASES) == set(SPLITS)
+    assert set(CASES) | LAYOUT_SPLITS == set(SPLITS)
     for name, spec in SPLITS.items():
         assert spec.doc and spec.fn.__doc__, name
         defaults = validate_split_params(name, None)
@@ -496,3 +500,19 @@ def test_plot_class_counts(tmp_path, fmnist: np.ndarray) -> None:
     assert big.stat().st_size > 0
     with pytest.raises(ValueError, match="class_names"):
         plot_class_counts(counts, tmp_path / "x.png", class_names=["a"])
+
+
+# ------------------------------------------------------------------------------------------- sites
+
+
+def test_sites_gives_each_client_exactly_its_rows_and_refuses_a_count_mismatch() -> None:
+    labels = np.array([0, 1, 0, 1, 1, 0, 0])
+    site_of = np.array([2, 0, 1, 2, 0, 0, 1])
+    part = make_partition("sites", labels, 3, 0, site_of=site_of)
+    assert [c.tolist() for c in part.clients] == [[1, 4, 5], [2, 6], [0, 3]]
+    with pytest.raises(ConfigError, match="data name 3 clients but data.clients = 2"):
+        make_partition("sites", labels, 2, 0, site_of=site_of)
+    with pytest.raises(ConfigError, match="client.s. \\[1\\] hold no training rows"):
+        make_partition("sites", labels, 3, 0, site_of=np.array([0, 0, 2, 2, 0, 2, 0]))
+    with pytest.raises(ConfigError, match="rows name their client"):
+        make_partition("sites", labels, 3, 0)

@@ -134,7 +134,14 @@ SECTIONS: dict[str, type] = {
 OPTIONAL_SECTIONS = ("faults", "guards", "engine")
 #: Keys added after fingerprints were in use, fingerprinted only when set, so earlier runs and caches keep
 #: their keys (dotted key -> default).
-LATER_KEYS: dict[str, Any] = {"data.path": None, "eval.tensorboard": False}
+LATER_KEYS: dict[str, Any] = {
+    "data.path": None,
+    "data.label_column": "label",
+    "data.client_column": None,
+    "data.categorical_columns": [],
+    "data.test_path": None,
+    "eval.tensorboard": False,
+}
 TOP_LEVEL = {"seed": int, "out": (str, type(None)), "name": (str, type(None))}
 
 

@@ -22,8 +22,18 @@ class DataConfig:
     #: registered with ``fedhet.data.register_dataset``.
     dataset: str = "fashion-mnist"
     root: str | None = None
-    #: Your own data for dataset = "npz" (one .npz file) or "folder" (train/<class>/, test/<class>/).
+    #: Your own data for dataset = "npz" (one .npz file), "folder" (train/<class>/, test/<class>/), "csv" or
+    #: "parquet" (one table, or a folder with train/<client>.csv and test.csv).
     path: str | None = None
+    #: A table's class column (csv / parquet).
+    label_column: str = "label"
+    #: A table's column naming each row's client (then split = "sites" gives each client its rows).
+    client_column: str | None = None
+    #: A table's columns to one-hot encode although they hold numbers (text columns always are).
+    categorical_columns: list[str] = field(default_factory=list)
+    #: A table's test file; without it (and without a test file in the folder) 20 % of the rows are held
+    #: out, stratified, seed 0.
+    test_path: str | None = None
     split: str = "iid"
     split_params: dict[str, Any] = field(default_factory=dict)
     clients: int = 10

@@ -260,6 +260,11 @@ def train_normalizer(data: ClientData, mismatch: bool):
             "run them through the engine (it sets both when Trainer.needs_raw_inputs is True)"
         )
     if mismatch:
+        if data.inputs.dim() == 2:
+            raise ConfigError(
+                "method.params.normalization_mismatch=true reproduces a CIFAR-10 quirk; a table has no such "
+                "statistics. Set it to false"
+            )
         return _code_normalizer(int(data.inputs.shape[1]))
     return data.normalize
 

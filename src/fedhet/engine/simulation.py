@@ -42,20 +42,32 @@ log = logging.getLogger("fedhet")
 # --------------------------------------------------------------------------------------------------------
 # Data preparation
 # --------------------------------------------------------------------------------------------------------
-_DATASET_CACHE: dict[tuple[str, str | None, str | None], Any] = {}
+_DATASET_CACHE: dict[tuple[str, str | None, str | None, str], Any] = {}
 
 
-def get_dataset(name: str, root: str | None, path: str | None = None):
-    """Load a dataset once per process (compare runs share it); registered data sets are already in memory."""
+def get_dataset(name: str, root: str | None, path: str | None = None, table: dict[str, Any] | None = None):
+    """Load a dataset once per process (compare runs share it); registered data sets are already in memory.
+    ``table``: a table's reading options (label, client, categorical, test_path) for csv / parquet."""
     from fedhet.data import datasets
 
     if name in datasets._REGISTERED:
         return datasets.load_dataset(name, root, path=path)
-    key = (name, root, path)
+    key = (name, root, path, repr(sorted((table or {}).items())))
     if key not in _DATASET_CACHE:
         _DATASET_CACHE.clear()  # keep at most one dataset in memory
-        _DATASET_CACHE[key] = datasets.load_dataset(name, root, path=path)
+        _DATASET_CACHE[key] = datasets.load_dataset(name, root, path=path, table=table)
     return _DATASET_CACHE[key]
+
+
+def table_options(cfg: ExperimentConfig) -> dict[str, Any]:
+    """The config's options for reading a table (data.dataset = csv / parquet)."""
+    d = cfg.data
+    return {
+        "label": d.label_column,
+        "client": d.client_column,
+        "categorical": tuple(d.categorical_columns),
+        "test_path": d.test_path,
+    }
 
 
 @dataclass
@@ -85,7 +97,7 @@ def build_federation(cfg: ExperimentConfig, device: torch.device, raw_inputs: bo
     """Load the dataset, hold out validation data, split the pool over clients, move tensors to ``device``."""
     from fedhet.data.splits import holdout_validation, make_partition
 
-    ds = get_dataset(cfg.data.dataset, cfg.data.root, cfg.data.path)
+    ds = get_dataset(cfg.data.dataset, cfg.data.root, cfg.data.path, table_options(cfg))
     n_train = int(ds.train_y.numel())
     all_idx = np.arange(n_train)
     if cfg.data.max_train_samples is not None and cfg.data.max_train_samples < n_train:
@@ -113,10 +125,19 @@ def build_federation(cfg: ExperimentConfig, device: torch.device, raw_inputs: bo
         derived_rng(cfg.seed, "partition"),
         cfg.data.split_params,
         num_classes=ds.num_classes,
+        site_of=None if ds.train_sites is None else ds.train_sites.numpy()[pool],
     )
+    if ds.is_table:
+        ds = federated_standardization(ds, pool, partition)
 
-    if raw_inputs:
-        train_inputs = (ds.train_x.float() / 255.0).to(device)
+    if raw_inputs and ds.is_table:
+        # A table's augmentations (fedhet.data.augment.tabular) work on standardised rows.
+        train_inputs = ds.normalize(ds.train_x).to(device)
+
+        def normalize(x: Tensor) -> Tensor:
+            return x
+    elif raw_inputs:
+        train_inputs = ds.unit_inputs(ds.train_x).to(device)
 
         def normalize(x: Tensor) -> Tensor:
             return ds.normalize(x)
@@ -162,6 +183,20 @@ def build_federation(cfg: ExperimentConfig, device: torch.device, raw_inputs: bo
         pool_indices=pool,
         info=dict(partition.info),
     )
+
+
+def federated_standardization(ds: Any, pool: np.ndarray, partition: Any) -> Any:
+    """A table normalised with statistics the server aggregates from each client's report on its own rows
+    (count, sums, sums of squares: ``fedhet.data.datasets.tables``), as a deployment would compute them."""
+    from fedhet.data.datasets.tables import client_feature_statistics, combine_feature_statistics
+
+    rows = ds.train_x.numpy()
+    reports = []
+    for cid, idx in enumerate(partition.clients):
+        held = idx if partition.unlabeled is None else np.concatenate([idx, partition.unlabeled[cid]])
+        reports.append(client_feature_statistics(rows[pool[held]]))
+    numeric = ds.numeric or (True,) * rows.shape[1]
+    return ds.with_statistics(*combine_feature_statistics(reports, numeric))
 
 
 # --------------------------------------------------------------------------------------------------------

@@ -103,10 +103,12 @@ class NodeRuntime:
         return fed.clients[cid], cid, True
 
 
-def _normalizer(mean: list[float], std: list[float]) -> Callable[[torch.Tensor], torch.Tensor]:
-    """(x/255 − mean)/std per channel (uint8 scaled, float taken as [0, 1]), with the server's statistics."""
-    m = torch.tensor(mean, dtype=torch.float32).view(-1, 1, 1)
-    s = torch.tensor(std, dtype=torch.float32).view(-1, 1, 1)
+def _normalizer(mean: list[float], std: list[float], table: bool) -> Callable[[torch.Tensor], torch.Tensor]:
+    """(x/255 − mean)/std per channel (uint8 scaled, float taken as [0, 1]) — or (x − mean)/std per feature
+    of a table's rows — with the server's statistics."""
+    view = (-1,) if table else (-1, 1, 1)
+    m = torch.tensor(mean, dtype=torch.float32).view(view)
+    s = torch.tensor(std, dtype=torch.float32).view(view)
 
     def normalize(x: torch.Tensor) -> torch.Tensor:
         if x.dtype == torch.uint8:
@@ -128,10 +130,12 @@ def _local_client_data(
     """A node's own data as ClientData, normalised with the run's statistics; shape and labels checked."""
     from fedhet.data.datasets import load_local_data, to_tensor
 
-    arrays, names_given = load_local_data(data_dir, channels=input_shape[0])
+    table = len(input_shape) == 1
+    arrays, names_given = load_local_data(data_dir, channels=1 if table else input_shape[0])
     shape = tuple(arrays.train_x.shape[1:])
     if shape != input_shape:
-        raise DataError(f"data-dir {data_dir}: images are {shape} but the run's model takes {input_shape}")
+        what = "rows have features" if arrays.train_x.ndim == 2 else "images are"
+        raise DataError(f"data-dir {data_dir}: {what} {shape} but the run's model takes {input_shape}")
     labels = np.asarray(arrays.train_y)
     if labels.size and (labels.min() < 0 or labels.max() >= len(classes)):
         raise DataError(
@@ -141,9 +145,12 @@ def _local_client_data(
         raise DataError(
             f"data-dir {data_dir}: class names {list(arrays.classes)} differ from the run's {classes}"
         )
-    normalize = _normalizer(list(run["mean"]), list(run["std"]))
+    normalize = _normalizer(list(run["mean"]), list(run["std"]), table)
     images = to_tensor(arrays.train_x)  # canonical strides (see datasets.to_tensor: oneDNN and NHWC)
-    inputs = (images.float() / 255.0) if raw else normalize(images)
+    if table and raw:  # a table's augmentations work on standardised rows (as in the embedded engine)
+        inputs, normalize = normalize(images), (lambda x: x)
+    else:
+        inputs = (images.float() / 255.0) if raw else normalize(images)
     data = ClientData(
         cid=cid,
         inputs=inputs.to(device),

@@ -19,17 +19,26 @@ from fedhet.models.masks import UnitMask
 _FAST_PATH_ELEMENTS = 1 << 25
 
 
-def check_model_args(input_shape: Sequence[int], num_classes: int) -> tuple[int, int, int]:
-    """Validate a model's ``input_shape`` (C, H, W) and ``num_classes``; return the shape as a tuple."""
+def check_model_args(
+    input_shape: Sequence[int], num_classes: int, *, model: str | None = None
+) -> tuple[int, ...]:
+    """Validate a model's ``input_shape`` — (C, H, W) of an image, or (F,) of a table row — and
+    ``num_classes``; return the shape as a tuple. With ``model`` (a model that takes images only), a table's
+    (F,) is refused naming the models that take it."""
     shape = tuple(input_shape) if isinstance(input_shape, Sequence) else ()
-    if len(shape) != 3 or any(isinstance(d, bool) or not isinstance(d, int) or d < 1 for d in shape):
+    if len(shape) not in (1, 3) or any(isinstance(d, bool) or not isinstance(d, int) or d < 1 for d in shape):
         raise ConfigError(
-            f"input_shape must be three positive ints (channels, height, width), got {input_shape!r}; "
-            "e.g. (1, 28, 28) for Fashion-MNIST or (3, 32, 32) for CIFAR-10"
+            f"input_shape must be three positive ints (channels, height, width) for images, or one "
+            f"(features,) for a table, got {input_shape!r}; e.g. (1, 28, 28) for Fashion-MNIST or (13,) for wine"
+        )
+    if model is not None and len(shape) == 1:
+        raise ConfigError(
+            f"model {model!r} takes images (channels, height, width), but these data are a table of "
+            f"{shape[0]} features; use model.name = 'tabular-mlp' (or 'mlp', 'mlp200')"
         )
     if isinstance(num_classes, bool) or not isinstance(num_classes, int) or num_classes < 1:
         raise ConfigError(f"num_classes must be a positive int, got {num_classes!r}")
-    return shape  # type: ignore[return-value]
+    return shape
 
 
 class FedModel(nn.Module):

@@ -21,7 +21,7 @@ class CNN(FedModel):
 
     def __init__(self, input_shape: tuple[int, int, int], num_classes: int) -> None:
         super().__init__()
-        channels, height, width = check_model_args(input_shape, num_classes)
+        channels, height, width = check_model_args(input_shape, num_classes, model="cnn")
         flat_h, flat_w = _flat_side(height), _flat_side(width)
         if flat_h < 1 or flat_w < 1:
             raise ConfigError(

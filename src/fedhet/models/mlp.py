@@ -1,7 +1,8 @@
 """Multilayer perceptrons: CELM's Fashion-MNIST MLP and FedRAC's maskable 200-200 MLP.
 
 ``mlp`` (methods.md §1.2, spectralfuse ``MLP_Net`` with in_features = prod(input_shape)) and
-``mlp200`` (methods.md §3.3, FedRAC/FedSAC: K = 2 x 200 maskable hidden units).
+``mlp200`` (methods.md §3.3, FedRAC/FedSAC: K = 2 x 200 maskable hidden units), and ``tabular-mlp``
+(``mlp200``'s architecture sized from a table's feature count).
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ class MLP(FedModel):
     """
 
     def __init__(
-        self, input_shape: tuple[int, int, int], num_classes: int, hidden_sizes: Sequence[int] = (128, 64)
+        self, input_shape: tuple[int, ...], num_classes: int, hidden_sizes: Sequence[int] = (128, 64)
     ) -> None:
         super().__init__()
         shape = check_model_args(input_shape, num_classes)
@@ -80,7 +81,7 @@ class MaskedMLP(FedModel):
     outputs exactly 0, so its incoming and outgoing weights get exactly zero gradient (methods.md §3.3).
     """
 
-    def __init__(self, input_shape: tuple[int, int, int], num_classes: int, hidden_size: int = 200) -> None:
+    def __init__(self, input_shape: tuple[int, ...], num_classes: int, hidden_size: int = 200) -> None:
         super().__init__()
         shape = check_model_args(input_shape, num_classes)
         width = _positive_int("hidden_size", hidden_size)
@@ -115,3 +116,19 @@ class MaskedMLP(FedModel):
             h = F.relu(self.fc2(h)) * block[:, None, width:]
             outputs.append(self.head(h))
         return torch.cat(outputs)
+
+
+def tabular_hidden_size(features: int) -> int:
+    """The default width of ``tabular-mlp``'s hidden layers: 4·F clamped to [32, 256] (wine, F = 13: 52;
+    breast-cancer, F = 30: 120) — wide enough for FedRAC's masks to carve submodels, small for tables."""
+    return max(32, min(256, 4 * features))
+
+
+def tabular_mlp(input_shape: tuple[int, ...], num_classes: int, hidden_size: int | None = None) -> MaskedMLP:
+    """A table's model: ``mlp200``'s maskable ReLU MLP (two hidden layers, a Linear head) with hidden width
+    ``hidden_size``, by default sized from the number of features (:func:`tabular_hidden_size`). It serves
+    every method: a head (CELM, ShapFed, FSSL), maskable units (FedRAC, FedSAC) and the closed-form fast
+    paths (``relu_stack_layers``)."""
+    shape = check_model_args(input_shape, num_classes)
+    width = tabular_hidden_size(math.prod(shape)) if hidden_size is None else hidden_size
+    return MaskedMLP(shape, num_classes, hidden_size=width)

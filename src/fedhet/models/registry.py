@@ -17,7 +17,7 @@ from torch import Tensor, nn
 from fedhet.errors import ConfigError
 from fedhet.models.base import FedModel, check_model_args
 from fedhet.models.cnn import CNN
-from fedhet.models.mlp import MLP, MaskedMLP
+from fedhet.models.mlp import MLP, MaskedMLP, tabular_mlp
 from fedhet.models.resnet import ResNet8, ResNet18GN
 
 #: The built-in models by name (``model.name``); :func:`register` adds to it.
@@ -27,6 +27,7 @@ MODELS: dict[str, Callable[..., FedModel]] = {
     "mlp200": MaskedMLP,
     "resnet8": ResNet8,
     "resnet18gn": ResNet18GN,
+    "tabular-mlp": tabular_mlp,
 }
 #: Names added with :func:`register` (their output is checked when built).
 USER_MODELS: set[str] = set()
@@ -87,8 +88,9 @@ def _entry_point_model(name: str) -> bool:
     return False
 
 
-def _check_user_model(name: str, model: object, input_shape: tuple[int, int, int], num_classes: int) -> None:
-    """A user model is an nn.Module with parameters whose forward maps (2, C, H, W) to logits (2, K)."""
+def _check_user_model(name: str, model: object, input_shape: tuple[int, ...], num_classes: int) -> None:
+    """A user model is an nn.Module with parameters whose forward maps (2, C, H, W) — or (2, F) — to
+    logits (2, K)."""
     if not isinstance(model, nn.Module):
         raise ConfigError(
             f"model {name!r}: the registered factory returned {type(model).__name__}, not an nn.Module"
@@ -133,8 +135,9 @@ def check_model_contract(model: nn.Module, needs: frozenset[str] | set[str], met
         raise ConfigError(f"method {method!r} needs {MODEL_NEEDS['masks']}; model {name!r} has none")
 
 
-def build_model(name: str, input_shape: tuple[int, int, int], num_classes: int, **params: object) -> FedModel:
-    """Build the registered model ``name`` for inputs (C, H, W) and ``num_classes`` classes."""
+def build_model(name: str, input_shape: tuple[int, ...], num_classes: int, **params: object) -> FedModel:
+    """Build the registered model ``name`` for inputs (C, H, W) — or a table's (F,) — and ``num_classes``
+    classes."""
     if name not in MODELS and not _entry_point_model(name):
         raise ConfigError(
             f"unknown model {name!r}; accepted names: {', '.join(sorted(MODELS))}, or one registered with "

@@ -73,7 +73,7 @@ class ResNet8(FedModel):
 
     def __init__(self, input_shape: tuple[int, int, int], num_classes: int, width: int = 64) -> None:
         super().__init__()
-        channels, _, _ = check_model_args(input_shape, num_classes)
+        channels, _, _ = check_model_args(input_shape, num_classes, model=type(self).__name__.lower())
         width = _check_width(width)
         self.conv1 = _conv3x3(channels, width)
         self.bn1 = nn.BatchNorm2d(width)
@@ -123,7 +123,7 @@ class ResNet18GN(FedModel):
         stem_maxpool: bool | None = None,
     ) -> None:
         super().__init__()
-        channels, _, _ = check_model_args(input_shape, num_classes)
+        channels, _, _ = check_model_args(input_shape, num_classes, model=type(self).__name__.lower())
         if stem not in STEMS:
             raise ConfigError(f"stem must be one of {STEMS}, got {stem!r}")
         if isinstance(norm_groups, bool) or not isinstance(norm_groups, int) or norm_groups < 1:

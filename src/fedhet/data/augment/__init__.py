@@ -35,8 +35,11 @@ Choices beyond the spec (documented here, listed in the hand-off report):
 * Ops are drawn with replacement (``random.choices``), each applied with probability 0.5, magnitudes uniform
   in {1, ..., max_magnitude - 1}; rotation, shear and translation signs are drawn per sample (p = 0.5).
 
+A table's rows get their own weak and strong views (``tabular``: Gaussian noise; SCARF / VIME feature
+corruption); ``Augmenter`` picks them for (B, F) batches.
+
 Layout: ``ops`` (the 14 ops, magnitude -> parameter), ``checks`` (argument checks), ``views`` (the entry
-points: weak and strong views, one op, RandAugmentMC, Cutout, Augmenter).
+points: weak and strong views, one op, RandAugmentMC, Cutout, Augmenter), ``tabular`` (rows).
 """
 
 from fedhet.data.augment.ops import FIXMATCH_OPS

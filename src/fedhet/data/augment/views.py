@@ -29,6 +29,7 @@ from fedhet.data.augment.ops import (
     _apply_photometric,
     _geometric_matrices,
 )
+from fedhet.data.augment.tabular import strong_rows, weak_rows
 from fedhet.devices import to_device
 from fedhet.errors import ConfigError
 
@@ -231,7 +232,12 @@ class Augmenter:
         self.options = dict(options)
 
     def __call__(self, x: Tensor, generator: torch.Generator) -> Tensor:
-        """Augment the batch `x` (float (B, C, H, W) in [0, 1]) with randomness from `generator`."""
+        """Augment the batch `x` (float (B, C, H, W) in [0, 1]) with randomness from `generator`.
+
+        A table's rows (B, F), standardised, get the tabular views instead (``fedhet.data.augment.tabular``:
+        Gaussian noise; SCARF-style feature corruption); the image options do not apply to them."""
+        if isinstance(x, Tensor) and x.dim() == 2:
+            return weak_rows(x, generator) if self.kind == "weak" else strong_rows(x, generator)
         if self.kind == "weak":
             return weak_augment(x, generator, **self.options)
         return strong_augment(x, generator, **self.options)

@@ -22,7 +22,11 @@ DATASET_NAMES: tuple[str, ...] = (
     "cinic10",
     "tiny-imagenet",
     "digits",
+    "breast-cancer",
+    "wine",
 )
+#: Built-in tables, shipped with scikit-learn: name -> (rows, features, classes) for ``fedhet datasets``.
+SKLEARN_TABLES: dict[str, tuple[int, int, int]] = {"breast-cancer": (569, 30, 2), "wine": (178, 13, 3)}
 
 FASHION_MNIST_CLASSES: tuple[str, ...] = (
     "T-shirt/top",
@@ -37,7 +41,7 @@ FASHION_MNIST_CLASSES: tuple[str, ...] = (
     "Ankle boot",
 )
 #: ``data.dataset`` values that read the user's own files at ``data.path``.
-USER_FORMATS: tuple[str, ...] = ("npz", "folder")
+USER_FORMATS: tuple[str, ...] = ("npz", "folder", "csv", "parquet")
 
 DIGIT_CLASSES: tuple[str, ...] = tuple(str(d) for d in range(10))
 EMNIST_BYCLASS_CLASSES: tuple[str, ...] = (

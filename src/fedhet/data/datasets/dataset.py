@@ -1,8 +1,9 @@
-"""The :class:`Dataset` (uint8 images, labels, class names, normalization stats) and how arrays become one."""
+"""The :class:`Dataset` (uint8 images or a table's float features, labels, class names, normalization
+stats) and how arrays become one."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import torch
@@ -16,7 +17,12 @@ from fedhet.errors import DataError
 # --------------------------------------------------------------------------------------------------------
 @dataclass(frozen=True, eq=False)
 class Dataset:
-    """A named data set: uint8 images (N, C, H, W), int64 labels, class names, per-channel mean/std on [0, 1].
+    """A named data set: inputs, int64 labels, class names, per-input mean/std.
+
+    Two kinds of inputs: **images**, uint8 (N, C, H, W) with per-channel mean/std on [0, 1]; or a **table**,
+    float32 features (N, F) with per-feature mean/std (one-hot columns of categorical features keep mean 0
+    and std 1: ``numeric`` says which columns are standardised). A table may name each training row's client
+    (``train_sites``, indices into ``sites``: the natural cross-silo layout, used by the ``sites`` split).
 
     Equality is identity (tensors have no single truth value); compare the tensors themselves.
     """
@@ -30,15 +36,28 @@ class Dataset:
     mean: tuple[float, ...]
     std: tuple[float, ...]
     source: str
+    #: A table's column names after encoding ("age", "sex=F", ...); empty for images.
+    feature_names: tuple[str, ...] = ()
+    #: A table's standardised columns (numeric features) — False for one-hot columns; empty for images.
+    numeric: tuple[bool, ...] = ()
+    #: The client each training row belongs to (int64 (N,), indices into ``sites``), or None.
+    train_sites: torch.Tensor | None = None
+    sites: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         # Per-(device, dtype) mean/std tensors for normalize(); not a dataclass field.
         object.__setattr__(self, "_stats", {})
+        tabular = self.train_x.dim() == 2
         for part in ("train", "test"):
             x, y = getattr(self, f"{part}_x"), getattr(self, f"{part}_y")
-            if x.dtype != torch.uint8 or x.dim() != 4:
+            if tabular and (x.dtype != torch.float32 or x.dim() != 2):
                 raise DataError(
-                    f"{self.name}: {part}_x must be uint8 (N, C, H, W), got {x.dtype} {tuple(x.shape)}"
+                    f"{self.name}: {part}_x of a table must be float32 (N, F), got {x.dtype} {tuple(x.shape)}"
+                )
+            if not tabular and (x.dtype != torch.uint8 or x.dim() != 4):
+                raise DataError(
+                    f"{self.name}: {part}_x must be uint8 images (N, C, H, W) or float32 table rows (N, F), "
+                    f"got {x.dtype} {tuple(x.shape)}"
                 )
             if y.dtype != torch.int64 or y.dim() != 1 or len(y) != len(x):
                 raise DataError(
@@ -51,16 +70,29 @@ class Dataset:
                     f"accepted 0..{len(self.classes) - 1}"
                 )
         if self.train_x.shape[1:] != self.test_x.shape[1:]:
+            what = "features" if tabular else "images"
             raise DataError(
-                f"{self.name}: train images {tuple(self.train_x.shape[1:])} differ from test images "
+                f"{self.name}: train {what} {tuple(self.train_x.shape[1:])} differ from test {what} "
                 f"{tuple(self.test_x.shape[1:])}"
             )
-        channels = self.train_x.shape[1]
-        if len(self.mean) != channels or len(self.std) != channels or min(self.std) <= 0:
+        width = self.train_x.shape[1]
+        unit = "feature" if tabular else "channel"
+        if len(self.mean) != width or len(self.std) != width or min(self.std) <= 0:
             raise DataError(
-                f"{self.name}: need {channels} mean and {channels} positive std values, "
-                f"got {self.mean} / {self.std}"
+                f"{self.name}: need one mean and one positive std per {unit} ({width}), "
+                f"got {len(self.mean)} / {len(self.std)} values (min std {min(self.std, default=0):.3g})"
             )
+        if tabular:
+            if self.feature_names and len(self.feature_names) != width:
+                raise DataError(f"{self.name}: {len(self.feature_names)} feature names for {width} features")
+            if self.numeric and len(self.numeric) != width:
+                raise DataError(f"{self.name}: {len(self.numeric)} numeric flags for {width} features")
+        if self.train_sites is not None:
+            sites = self.train_sites
+            if sites.dtype != torch.int64 or sites.shape != self.train_y.shape:
+                raise DataError(f"{self.name}: train_sites must be int64 (N,) like train_y")
+            if len(sites) and (int(sites.min()) < 0 or int(sites.max()) >= len(self.sites)):
+                raise DataError(f"{self.name}: train_sites index beyond the {len(self.sites)} site names")
 
     @property
     def num_classes(self) -> int:
@@ -68,39 +100,57 @@ class Dataset:
         return len(self.classes)
 
     @property
-    def input_shape(self) -> tuple[int, int, int]:
-        """(C, H, W) of one image."""
-        channels, height, width = self.train_x.shape[1:]
-        return int(channels), int(height), int(width)
+    def is_table(self) -> bool:
+        """Whether the inputs are a table's rows (N, F) rather than images."""
+        return self.train_x.dim() == 2
+
+    @property
+    def input_shape(self) -> tuple[int, ...]:
+        """(C, H, W) of one image, or (F,) of one table row."""
+        return tuple(int(s) for s in self.train_x.shape[1:])
+
+    def unit_inputs(self, x: torch.Tensor) -> torch.Tensor:
+        """Inputs before normalisation as float32: images scaled to [0, 1], table rows as they are."""
+        if x.dtype == torch.uint8:
+            return x.to(torch.float32).div_(255.0)
+        return x.to(torch.float32)
 
     def normalize(self, x: torch.Tensor) -> torch.Tensor:
-        """(x/255 - mean) / std per channel (channel axis -3); uint8 is scaled, float is taken as [0, 1].
+        """(x/255 - mean) / std per channel (channel axis -3) for images — uint8 is scaled, float is taken
+        as [0, 1] — and (x - mean) / std per feature (last axis) for a table.
 
         Works on any device; returns float32 for uint8 input, the input's dtype for float input.
         """
         if x.dtype == torch.uint8:
             x = x.to(torch.float32).div_(255.0)
         elif not x.is_floating_point():
-            raise TypeError(f"normalize expects uint8 or floating images, got {x.dtype}")
-        channels = self.input_shape[0]
-        if x.dim() < 3 or x.shape[-3] != channels:
+            raise TypeError(f"normalize expects uint8 or floating inputs, got {x.dtype}")
+        width = self.train_x.shape[1]
+        axis = -1 if self.is_table else -3
+        if x.dim() < -axis or x.shape[axis] != width:
+            expected = f"(..., {width})" if self.is_table else f"(..., {width}, H, W)"
             raise ValueError(
-                f"normalize expects images (..., {channels}, H, W) for {self.name}, "
-                f"got shape {tuple(x.shape)}"
+                f"normalize expects inputs {expected} for {self.name}, got shape {tuple(x.shape)}"
             )
         key = (x.device, x.dtype)
         if key not in self._stats:
-            mean = torch.tensor(self.mean, dtype=x.dtype, device=x.device).view(channels, 1, 1)
-            std = torch.tensor(self.std, dtype=x.dtype, device=x.device).view(channels, 1, 1)
+            view = (width,) if self.is_table else (width, 1, 1)
+            mean = torch.tensor(self.mean, dtype=x.dtype, device=x.device).view(view)
+            std = torch.tensor(self.std, dtype=x.dtype, device=x.device).view(view)
             self._stats[key] = (mean, std)
         mean, std = self._stats[key]
         return (x - mean).div_(std)
 
+    def with_statistics(self, mean: tuple[float, ...], std: tuple[float, ...]) -> Dataset:
+        """The same data normalised with other statistics (a federation's aggregated ones)."""
+        return replace(self, mean=tuple(float(m) for m in mean), std=tuple(float(s) for s in std))
+
     def __repr__(self) -> str:
+        kind = f", features={self.input_shape[0]}" if self.is_table else ""
         return (
             f"Dataset(name={self.name!r}, train={tuple(self.train_x.shape)}, "
             f"test={tuple(self.test_x.shape)}, "
-            f"num_classes={self.num_classes}, source={self.source!r})"
+            f"num_classes={self.num_classes}{kind}, source={self.source!r})"
         )
 
 
@@ -144,4 +194,18 @@ def _to_dataset(
         mean=tuple(float(m) for m in mean),
         std=tuple(float(s) for s in std),
         source=source,
+        feature_names=tuple(f"x{j}" for j in range(arrays.train_x.shape[1]))
+        if arrays.train_x.ndim == 2
+        else (),
+        numeric=(True,) * arrays.train_x.shape[1] if arrays.train_x.ndim == 2 else (),
     )
+
+
+def input_stats(inputs: np.ndarray) -> tuple[tuple[float, ...], tuple[float, ...]]:
+    """Normalisation statistics of a train split: per channel for images, per feature for table rows (the
+    clients' aggregated reports replace the latter in a federation: ``fedhet.data.datasets.tables``)."""
+    if inputs.ndim == 2:
+        from fedhet.data.datasets.tables import client_feature_statistics, combine_feature_statistics
+
+        return combine_feature_statistics([client_feature_statistics(inputs)], [True] * inputs.shape[1])
+    return _channel_stats(inputs)

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -16,6 +18,7 @@ from fedhet.data.datasets.catalog import (
     DATASET_NAMES,
     DIGIT_CLASSES,
     DIGITS_SPLIT,
+    SKLEARN_TABLES,
     USER_FORMATS,
 )
 from fedhet.data.datasets.dataset import Dataset, _channel_stats, _to_dataset
@@ -83,21 +86,28 @@ def load_dataset(
     *,
     cache: bool = True,
     path: str | os.PathLike | None = None,
+    table: Mapping[str, Any] | None = None,
 ) -> Dataset:
     """Load a data set: a built-in name (DATASET_NAMES), a registered one (:func:`register_dataset`), or your
-    own files: ``"npz"`` / ``"folder"`` at ``path`` (stats from their train split). A ``name`` ending in
-    ``.npz`` is that file's path.
+    own files: ``"npz"`` / ``"folder"`` / ``"csv"`` / ``"parquet"`` at ``path`` (stats from their train
+    split). A ``name`` ending in ``.npz`` is that file's path. ``table`` holds the keyword arguments of
+    :func:`~fedhet.data.datasets.tables.load_table_files` (label, client, categorical, test_path) for csv
+    and parquet.
 
     Built-in names are looked for in `root`, then $FEDHET_DATA, then known locations; raises DataError
     naming every place looked in. cache=False neither reads nor writes the decoded-image cache.
     """
+    if name in ("csv", "parquet"):
+        from fedhet.data.datasets.tables import load_table_files
+
+        return load_table_files(_user_file(name, path, root), **dict(table or {}))
     if name in USER_FORMATS:
         file = _user_file(name, path, root)
         return _load_npz(file) if name == "npz" else _load_folder(file)
     if path is not None:
         raise ConfigError(
-            f"data.path is read only with data.dataset = 'npz' or 'folder', not {name!r}; drop data.path, "
-            "or set data.root to where the built-in data set lies"
+            f"data.path is read only with data.dataset = 'npz', 'folder', 'csv' or 'parquet', not {name!r}; "
+            "drop data.path, or set data.root to where the built-in data set lies"
         )
     if name not in DATASET_NAMES and _canonical_or_none(name) is None:
         registered = _registered(name)
@@ -121,6 +131,10 @@ def load_dataset(
         )
     if key == "digits":
         return _load_digits()
+    if key in SKLEARN_TABLES:
+        from fedhet.data.datasets.tables import load_sklearn_table
+
+        return load_sklearn_table(key)
     spec = _SPECS[key]
     location, layout, looked = _locate(spec, root)
     if location is None or layout is None:
@@ -176,6 +190,24 @@ def dataset_status(root: str | os.PathLike | None = None) -> list[dict]:
                     **{k: (list(v) if isinstance(v, tuple) else v) for k, v in _DIGITS_INFO.items()},
                     "looked_in": [],
                     "note": f"bundled with scikit-learn; fixed split {DIGITS_SPLIT}",
+                }
+            )
+            continue
+        if name in SKLEARN_TABLES:
+            size, features, classes = SKLEARN_TABLES[name]
+            test = size - int(size * 0.75)
+            rows.append(
+                {
+                    "name": name,
+                    "available": True,
+                    "location": f"scikit-learn (sklearn.datasets.load_{name.replace('-', '_')})",
+                    "train_size": size - test,
+                    "test_size": test,
+                    "num_classes": classes,
+                    "input_shape": [features],
+                    "looked_in": [],
+                    "note": "a table bundled with scikit-learn; fixed split train_test_split(test_size=0.25, "
+                    "stratify=y, random_state=0)",
                 }
             )
             continue

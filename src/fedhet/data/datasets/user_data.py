@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -13,7 +14,7 @@ import torch
 
 from fedhet.data import formats
 from fedhet.data.datasets.catalog import DATASET_NAMES, USER_FORMATS
-from fedhet.data.datasets.dataset import Dataset, _channel_stats, _to_dataset
+from fedhet.data.datasets.dataset import Dataset, _channel_stats, _to_dataset, input_stats
 from fedhet.errors import ConfigError, DataError
 
 
@@ -28,17 +29,24 @@ def from_arrays(
     mean: Sequence[float] | None = None,
     std: Sequence[float] | None = None,
 ) -> Dataset:
-    """A :class:`Dataset` from in-memory arrays (numpy or torch).
+    """A :class:`Dataset` from in-memory arrays (numpy, torch, or pandas data frames).
 
-    Images (N, H, W), (N, C, H, W) or (N, H, W, C) with C in {1, 3}, uint8 or float in [0, 1]; labels
-    integers in 0..K-1. ``class_names`` default to "0".."K-1"; ``mean``/``std`` (per channel, on [0, 1])
-    default to the train split's. Register it (:func:`register_dataset`) to use it as ``data.dataset``.
+    Images (N, H, W), (N, C, H, W) or (N, H, W, C) with C in {1, 3}, uint8 or float in [0, 1]; or a
+    table's rows (N, F) of numbers, kept as float32 (a pandas DataFrame with text or categorical columns
+    goes through :func:`fedhet.data.from_table`, which one-hot encodes them). Labels integers in 0..K-1.
+    ``class_names`` default to "0".."K-1"; ``mean``/``std`` (per channel on [0, 1], or per feature) default
+    to the train split's — for a table a federation replaces them with its clients' aggregated
+    statistics. Register it (:func:`register_dataset`) to use it as ``data.dataset``.
     """
     if not isinstance(name, str) or not name or "/" in name or name in (*DATASET_NAMES, *USER_FORMATS):
         raise DataError(
             f"from_arrays(name={name!r}): give a non-empty name without '/' that is not a built-in data set "
             f"({', '.join((*DATASET_NAMES, *USER_FORMATS))})"
         )
+    if hasattr(x_train, "columns") and hasattr(x_train, "dtypes"):  # a pandas DataFrame
+        from fedhet.data.datasets.tables import from_table
+
+        return _frame_dataset(from_table, x_train, y_train, x_test, y_test, class_names, name)
     as_numpy = lambda a: a.detach().cpu().numpy() if isinstance(a, torch.Tensor) else np.asarray(a)  # noqa: E731
     arrays = formats.arrays_from(
         as_numpy(x_train),
@@ -50,11 +58,34 @@ def from_arrays(
     )
     if len(arrays.test_y) == 0:
         raise DataError(f"from_arrays({name!r}): x_test is empty; pass the test images the runs evaluate on")
-    stats = _channel_stats(arrays.train_x)
+    stats = input_stats(arrays.train_x)
     assert arrays.classes is not None  # arrays_from always names the classes
     return _to_dataset(
         name, arrays, arrays.classes, stats[0] if mean is None else mean, stats[1] if std is None else std,
         f"from_arrays({name!r})",
+    )  # fmt: skip
+
+
+def _frame_dataset(from_table, x_train, y_train, x_test, y_test, class_names, name: str) -> Dataset:
+    """from_arrays with data frames: encode the features as from_table does, keep the labels' indices."""
+    label = "__label__"
+    frames = []
+    for x, part in ((x_train, "train"), (x_test, "test")):
+        if not (hasattr(x, "columns") and hasattr(x, "dtypes")):
+            raise DataError(f"from_arrays({name!r}): x_train is a DataFrame, so x_{part} must be one too")
+        if label in x.columns:
+            raise DataError(f"from_arrays({name!r}): a column may not be named {label!r}")
+        frames.append({**{str(c): x[c] for c in x.columns}, label: np.zeros(len(x), dtype=np.int64)})
+    data = from_table(frames[0], frames[1], label=label, name=name)
+    arrays = formats.arrays_from(
+        data.train_x.numpy(), np.asarray(y_train), data.test_x.numpy(), np.asarray(y_test),
+        None if class_names is None else np.asarray(list(class_names), dtype=str),
+        source=f"from_arrays({name!r})",
+    )  # fmt: skip
+    assert arrays.classes is not None
+    return replace(
+        data, train_y=torch.from_numpy(arrays.train_y), test_y=torch.from_numpy(arrays.test_y),
+        classes=arrays.classes, source=f"from_arrays({name!r})",
     )  # fmt: skip
 
 
@@ -129,7 +160,11 @@ def _load_folder(path: Path) -> Dataset:
 
 
 def _user_file(kind: str, path: str | os.PathLike | None, root: str | os.PathLike | None) -> Path:
-    example = 'data.path = "site-a.npz"' if kind == "npz" else 'data.path = "/srv/site-a"'
+    example = {
+        "npz": 'data.path = "site-a.npz"',
+        "csv": 'data.path = "clinic.csv" or a folder with train/<client>.csv and test.csv',
+        "parquet": 'data.path = "clinic.parquet"',
+    }.get(kind, 'data.path = "/srv/site-a"')
     if path is None:
         raise ConfigError(f"data.dataset = {kind!r} reads your own files: set data.path ({example})")
     p = Path(path).expanduser()
@@ -150,7 +185,7 @@ def _user_file(kind: str, path: str | os.PathLike | None, root: str | os.PathLik
 
 def _load_npz(path: Path) -> Dataset:
     arrays = formats.read_npz(path)
-    mean, std = _channel_stats(arrays.train_x)
+    mean, std = input_stats(arrays.train_x)
     assert arrays.classes is not None  # read_npz always names the classes
     return _to_dataset(path.stem, arrays, arrays.classes, mean, std, str(path.resolve()))
 

@@ -11,7 +11,8 @@ from fedhet.errors import DataError
 
 @dataclass(frozen=True, eq=False)
 class Arrays:
-    """A decoded train/test pair: images uint8 (N, C, H, W), labels int64 (N,), class names if known."""
+    """A decoded train/test pair: images uint8 (N, C, H, W) or table rows float32 (N, F), labels int64 (N,),
+    class names if known."""
 
     train_x: np.ndarray
     train_y: np.ndarray

@@ -22,13 +22,23 @@ def _npz_images(array: np.ndarray, source: str) -> np.ndarray:
             array = array.transpose(0, 3, 1, 2)
     else:
         raise DataError(
-            f"{source}: images must be (N, H, W), (N, C, H, W) or (N, H, W, C), got shape {array.shape}"
+            f"{source}: images must be (N, H, W), (N, C, H, W) or (N, H, W, C), and table rows (N, F); got "
+            f"shape {array.shape}"
         )
     if array.dtype == np.uint8:
         return _writable(array)
     if array.dtype.kind == "f":
-        if array.size and (np.nanmin(array) < 0 or np.nanmax(array) > 1 or np.isnan(array).any()):
-            raise DataError(f"{source}: float images must lie in [0, 1] (or store uint8 0..255)")
+        bad = np.flatnonzero(~np.isfinite(array.reshape(len(array), -1)).all(axis=1)) if array.size else []
+        if len(bad):
+            raise DataError(
+                f"{source}: {len(bad)} sample(s) hold NaN or inf values (first: sample {int(bad[0])}); "
+                "fedhet does not impute: clean or drop those samples"
+            )
+        if array.size and (array.min() < 0 or array.max() > 1):
+            raise DataError(
+                f"{source}: float images must lie in [0, 1], got {array.min():.4g}..{array.max():.4g} "
+                "(or store uint8 0..255); for a table's rows give (N, F) features"
+            )
         return np.rint(array * 255).astype(np.uint8)
     if array.dtype.kind in "iu":
         if array.size and (array.min() < 0 or array.max() > 255):
@@ -41,8 +51,9 @@ def read_npz(path: str | os.PathLike, *, require_test: bool = True) -> Arrays:
     """Read user data from an .npz with keys x_train, y_train, x_test, y_test (and optional `classes`).
 
     Images may be (N,H,W), (N,C,H,W) or (N,H,W,C) with C in {1,3}; uint8, or float in [0,1] (scaled
-    and rounded to uint8). Loaded with allow_pickle=False. With ``require_test=False`` x_test/y_test may be
-    absent (a federation node's data) and give an empty test split.
+    and rounded to uint8). x_train (N, F) is a table's rows, kept as float32. Loaded with
+    allow_pickle=False. With ``require_test=False`` x_test/y_test may be absent (a federation node's data)
+    and give an empty test split.
     """
     path = Path(path)
     if not path.is_file():
@@ -78,6 +89,39 @@ def read_npz(path: str | os.PathLike, *, require_test: bool = True) -> Arrays:
     )
 
 
+def _table_rows(array: np.ndarray, source: str) -> np.ndarray:
+    """A table's rows (N, F) as float32, unquantised; NaN/inf refused naming the sample and the column."""
+    if array.ndim != 2:
+        raise DataError(f"{source}: table rows must be (N, F), got shape {array.shape}")
+    if array.dtype.kind not in "biuf":
+        raise DataError(
+            f"{source}: table rows must be numbers, got dtype {array.dtype}; encode text columns first, or "
+            "pass a pandas DataFrame to fedhet.data.from_table, which one-hot encodes them"
+        )
+    rows = array.astype(np.float32)
+    bad = np.argwhere(~np.isfinite(rows))
+    if len(bad):
+        raise DataError(
+            f"{source}: {len(bad)} NaN or inf value(s) (first: sample {int(bad[0][0])}, feature "
+            f"{int(bad[0][1])}); fedhet does not impute: fill them (e.g. the feature's median) or drop "
+            "those samples"
+        )
+    return _writable(rows)
+
+
+def _refuse_label_gaps(labels: np.ndarray, count: int, source: str) -> None:
+    """Labels are class indices 0..K-1: a gap (labels {0, 5, 9}) would train as K classes, some empty."""
+    empty = np.setdiff1d(np.arange(count), labels)
+    if empty.size:
+        used = np.unique(labels)
+        shown = ", ".join(str(int(c)) for c in used[:10]) + (" …" if used.size > 10 else "")
+        raise DataError(
+            f"{source}: the labels use {used.size} values ({shown}) but as class indices they make {count} "
+            f"classes, {empty.size} of them empty (e.g. {int(empty[0])}); renumber them 0..K-1 "
+            "(np.unique(y, return_inverse=True)), or pass class names (all K) to keep the empty classes"
+        )
+
+
 def arrays_from(
     x_train: Any,
     y_train: Any,
@@ -95,12 +139,13 @@ def arrays_from(
     x_train, x_test = np.asarray(x_train), np.asarray(x_test)
     if len(x_train) == 0:
         raise DataError(f"{source}: x_train is empty; a data set needs training images")
-    train_x = _npz_images(x_train, f"{source} (x_train)")
-    test_x = _npz_images(x_test, f"{source} (x_test)")
+    table = x_train.ndim == 2
+    read = _table_rows if table else _npz_images
+    train_x = read(x_train, f"{source} (x_train)")
+    test_x = read(x_test, f"{source} (x_test)")
     if train_x.shape[1:] != test_x.shape[1:]:
-        raise DataError(
-            f"{source}: x_train images are {train_x.shape[1:]} but x_test images are {test_x.shape[1:]}"
-        )
+        what = "rows have" if table else "images are"
+        raise DataError(f"{source}: x_train {what} {train_x.shape[1:]} but x_test {what} {test_x.shape[1:]}")
     names: tuple[str, ...] | None = None
     if classes is not None:
         classes = np.asarray(classes)
@@ -116,5 +161,6 @@ def arrays_from(
         if min(train_y.min(initial=0), test_y.min(initial=0)) < 0:
             raise DataError(f"{source}: labels must be >= 0")
         count = int(max(train_y.max(initial=-1), test_y.max(initial=-1))) + 1
+        _refuse_label_gaps(np.concatenate([train_y, test_y]), count, source)
         names = tuple(str(i) for i in range(count))
     return Arrays(train_x, _writable(train_y), test_x, _writable(test_y), names)

@@ -11,7 +11,8 @@ Names used in the spec: "Dir-client" = ``dirichlet-per-client``, "Dir-class" = `
 
 Layout: ``registry`` (Partition, parameter specs and validation, :func:`make_partition`), ``common`` (index
 helpers), then one module per family: ``uniform`` (iid), ``dirichlet``, ``skew`` (POW, CLA, PLS, SLS, step
-quantity), ``contribution`` (maverick, free rider), ``semi_supervised`` (labeled-unlabeled).
+quantity), ``contribution`` (maverick, free rider), ``semi_supervised`` (labeled-unlabeled), ``sites``
+(the data's own client layout).
 """
 
 # The families register their splits when imported, so the order of these imports is the order of SPLITS
@@ -45,6 +46,7 @@ from fedhet.data.splits.skew import (
 )
 from fedhet.data.splits.contribution import free_rider, maverick
 from fedhet.data.splits.semi_supervised import labeled_unlabeled
+from fedhet.data.splits.sites import sites
 
 # isort: on
 
@@ -69,6 +71,7 @@ __all__ = [
     "maverick",
     "pow_split",
     "pure_label_skew",
+    "sites",
     "step_label_skew",
     "step_quantity",
     "validate_split_params",

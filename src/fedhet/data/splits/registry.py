@@ -111,6 +111,8 @@ class SplitSpec:
     doc: str
     bases: tuple[str, ...] = ()
     check: Callable[[dict[str, Any]], None] | None = None
+    #: The split reads each row's site (``make_partition(site_of=...)``) instead of drawing a layout.
+    needs_sites: bool = False
 
     def param(self, name: str) -> SplitParam:
         """The parameter called ``name``."""
@@ -144,9 +146,12 @@ def _register(
     doc: str = "",
     bases: tuple[str, ...] = (),
     check: Callable[[dict[str, Any]], None] | None = None,
+    needs_sites: bool = False,
 ) -> Callable[[Callable[..., Partition]], Callable[..., Partition]]:
     def deco(fn: Callable[..., Partition]) -> Callable[..., Partition]:
-        SPLITS[name] = SplitSpec(name=name, fn=fn, params=params, doc=doc, bases=bases, check=check)
+        SPLITS[name] = SplitSpec(
+            name=name, fn=fn, params=params, doc=doc, bases=bases, check=check, needs_sites=needs_sites
+        )
         return fn
 
     return deco
@@ -321,11 +326,13 @@ def make_partition(
     seed: int | np.random.Generator,
     params: Mapping[str, Any] | None = None,
     num_classes: int | None = None,
+    site_of: np.ndarray | None = None,
 ) -> Partition:
     """Split the pool ``labels`` over ``num_clients`` clients with the registered split ``name``.
 
     ``seed``: an int (-> ``np.random.default_rng(seed)``) or a Generator used as is. ``info`` gets the split
-    name and the resolved parameters.
+    name and the resolved parameters. ``site_of`` (each label's site index) is read by splits that follow
+    the data's own layout (``sites``) and refused by the others' absence of need.
     """
     spec = _get_spec(name)
     resolved = validate_split_params(name, params)
@@ -344,7 +351,15 @@ def make_partition(
         rng = np.random.default_rng(int(seed))
     else:
         raise ConfigError(f"seed must be an int or a numpy Generator, got {type(seed).__name__}")
+    if spec.needs_sites:
+        if site_of is None or len(site_of) != len(arr):
+            raise ConfigError(
+                f"split {name!r} needs data whose rows name their client: a table with data.client_column, "
+                "or a folder with one file per client (train/<client>.csv); these data name none"
+            )
+        resolved["site_of"] = np.asarray(site_of)
     part = spec.fn(arr, num_clients, rng, k, **resolved)
+    resolved.pop("site_of", None)
     if len(part.clients) != num_clients:  # pragma: no cover - split bug
         raise RuntimeError(f"split {name!r} returned {len(part.clients)} clients, expected {num_clients}")
     part.info = {"split": name, "params": _jsonable(resolved), **part.info}

@@ -1,0 +1,238 @@
+"""Tables as data sets: CSV / Parquet files and data frames, scikit-learn's tabular sets, and the
+federated standardisation statistics.
+
+Standardisation is federated: each client reports, for the numeric columns of its own rows, the count,
+the sum and the sum of squares (:func:`client_feature_statistics` — never a row), and the server combines
+them into per-feature mean and std (:func:`combine_feature_statistics`). The statistics are self-reported:
+a client that lies shifts every client's inputs. One-hot columns are not standardised (mean 0, std 1).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from fedhet.data.datasets.dataset import Dataset, to_tensor
+from fedhet.data.formats import tables
+from fedhet.errors import ConfigError, DataError
+
+#: Column names tried as the label when none is given.
+TABLE_SUFFIXES = {".csv": "csv", ".parquet": "parquet", ".pq": "parquet"}
+#: The held-out test fraction when a table comes without a test file (stratified, fixed seed 0).
+DEFAULT_TEST_FRACTION = 0.2
+
+
+# --------------------------------------------------------------------------------------------------------
+# Federated standardisation
+# --------------------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class FeatureStatistics:
+    """What one client reports about its rows' numeric features: count, sums, sums of squares (float64)."""
+
+    count: int
+    total: np.ndarray
+    total_sq: np.ndarray
+
+
+def client_feature_statistics(rows: np.ndarray) -> FeatureStatistics:
+    """A client's report on its own rows (N_i, F): count, per-feature sum and sum of squares."""
+    values = np.asarray(rows, dtype=np.float64)
+    return FeatureStatistics(len(values), values.sum(axis=0), np.square(values).sum(axis=0))
+
+
+def combine_feature_statistics(
+    reports: Sequence[FeatureStatistics], numeric: Sequence[bool]
+) -> tuple[tuple[float, ...], tuple[float, ...]]:
+    """Per-feature mean and population std from the clients' reports (the server's side).
+
+    mean = Σ sums / Σ counts, var = Σ squares / Σ counts − mean²; a constant column gets std 1 (it
+    standardises to 0 instead of dividing by zero); non-numeric (one-hot) columns get mean 0, std 1.
+    """
+    count = sum(r.count for r in reports)
+    if count == 0:
+        raise DataError("no client reported any rows: the federation has no training data")
+    mean = sum(r.total for r in reports) / count
+    var = np.maximum(sum(r.total_sq for r in reports) / count - mean**2, 0.0)
+    std = np.sqrt(var)
+    std = np.where(std > 1e-12 * np.maximum(1.0, np.abs(mean)), std, 1.0)
+    keep = np.asarray(numeric, dtype=bool)
+    return (
+        tuple(float(m) if k else 0.0 for m, k in zip(mean, keep, strict=True)),
+        tuple(float(s) if k else 1.0 for s, k in zip(std, keep, strict=True)),
+    )
+
+
+# --------------------------------------------------------------------------------------------------------
+# Building a tabular Dataset
+# --------------------------------------------------------------------------------------------------------
+def _dataset(name: str, encoded: tables.EncodedTable, source: str) -> Dataset:
+    # Until a federation aggregates its clients' reports, the statistics are the train split's (one report).
+    mean, std = combine_feature_statistics([client_feature_statistics(encoded.train_x)], encoded.numeric)
+    return Dataset(
+        name=name,
+        train_x=to_tensor(encoded.train_x),
+        train_y=to_tensor(encoded.train_y),
+        test_x=to_tensor(encoded.test_x),
+        test_y=to_tensor(encoded.test_y),
+        classes=encoded.classes,
+        mean=mean,
+        std=std,
+        source=source,
+        feature_names=encoded.feature_names,
+        numeric=encoded.numeric,
+        train_sites=None if encoded.train_sites is None else to_tensor(encoded.train_sites),
+        sites=encoded.sites,
+    )
+
+
+def _held_out_test(train: tables.Columns, label: str, fraction: float, source: str) -> tuple[Any, Any]:
+    """Split one table into train and test rows: stratified by label, seed 0, ``fraction`` to test."""
+    from sklearn.model_selection import train_test_split
+
+    if not 0 < fraction < 1:
+        raise ConfigError(f"{source}: test_fraction must lie in (0, 1), got {fraction!r}")
+    labels = tables._categories(train[label]) if label in train else None
+    if labels is None:
+        raise DataError(f"{source}: no label column {label!r} (columns: {list(train)[:12]})")
+    rows = np.arange(len(labels))
+    _, counts = np.unique(labels, return_counts=True)
+    stratify = labels if counts.min() >= 2 else None  # a class with one row cannot be in both halves
+    train_rows, test_rows = train_test_split(rows, test_size=fraction, stratify=stratify, random_state=0)
+    train_rows, test_rows = np.sort(train_rows), np.sort(test_rows)
+    pick = lambda cols, idx: {k: np.asarray(v)[idx] for k, v in cols.items()}  # noqa: E731
+    return pick(train, train_rows), pick(train, test_rows)
+
+
+def from_table(
+    train: Any,
+    test: Any = None,
+    *,
+    label: str = "label",
+    client: str | None = None,
+    categorical: Sequence[str] = (),
+    test_fraction: float = DEFAULT_TEST_FRACTION,
+    name: str = "table",
+) -> Dataset:
+    """A tabular :class:`Dataset` from data frames (pandas) or mappings column -> values.
+
+    ``label`` names the class column; ``client`` (optional) the column naming each row's client — then
+    ``data.split = "sites"`` gives every client its own rows. Non-numeric columns (and those listed in
+    ``categorical``) are one-hot encoded. Without ``test``, a stratified ``test_fraction`` of the rows
+    (seed 0) is held out as the test set. Features are kept as float32, never quantised.
+    """
+    source = f"from_table({name!r})"
+    train_cols = tables.columns_from(train, f"{source} (train)")
+    if test is None:
+        train_cols, test_cols = _held_out_test(train_cols, label, test_fraction, source)
+        source += f", {test_fraction:g} held out as test (stratified, seed 0)"
+    else:
+        test_cols = tables.columns_from(test, f"{source} (test)")
+    encoded = tables.encode_table(
+        train_cols, test_cols, label=label, client=client, categorical=categorical, source=source
+    )
+    return _dataset(name, encoded, source)
+
+
+def _read(path: Path) -> tables.Columns:
+    kind = TABLE_SUFFIXES.get(path.suffix.lower())
+    if kind is None:
+        raise DataError(f"{path}: not a table file; give .csv or .parquet files")
+    return tables.read_csv(path) if kind == "csv" else tables.read_parquet(path)
+
+
+def load_table_files(
+    path: str | os.PathLike,
+    *,
+    label: str = "label",
+    client: str | None = None,
+    categorical: Sequence[str] = (),
+    test_path: str | os.PathLike | None = None,
+    test_fraction: float = DEFAULT_TEST_FRACTION,
+) -> Dataset:
+    """A tabular :class:`Dataset` from files.
+
+    ``path`` is one table (.csv or .parquet) — its ``client`` column, if named, says whose each row is — or
+    a folder: ``train/<client>.csv`` (one file per client; the file name is the client) and ``test.csv``
+    (or ``test/*.csv``). The test set is ``test_path`` if given, else the folder's test file(s), else a
+    stratified ``test_fraction`` of the rows (seed 0).
+    """
+    root = Path(path).expanduser()
+    source = str(root.resolve())
+    if root.is_dir():
+        train_dir = root / "train"
+        files = (
+            sorted(p for p in train_dir.glob("*") if p.suffix.lower() in TABLE_SUFFIXES)
+            if train_dir.is_dir()
+            else []
+        )
+        if not files:
+            raise DataError(
+                f"{root}: a table folder holds train/<client>.csv (one file per client) and test.csv; found "
+                f"no .csv or .parquet files in {train_dir}"
+            )
+        if client is not None:
+            raise ConfigError(
+                f"{root}: one file per client already says whose each row is; drop data.client_column"
+            )
+        parts = [_read(f) for f in files]
+        client = "__client__"
+        for part, file in zip(parts, files, strict=True):
+            if client in part:
+                raise DataError(f"{file}: a column may not be named {client!r}")
+            part[client] = np.array([file.stem] * len(next(iter(part.values()), [])), dtype=object)
+        train = tables.concat_tables(parts, str(train_dir))
+        test_files = [root / "test.csv", root / "test.parquet"]
+        test_files = [f for f in test_files if f.is_file()] or sorted(
+            p for p in (root / "test").glob("*") if p.suffix.lower() in TABLE_SUFFIXES
+        )
+        if test_path is None and test_files:
+            test = tables.concat_tables([_read(f) for f in test_files], str(root / "test"))
+        else:
+            test = None
+    elif root.is_file():
+        train, test = _read(root), None
+    else:
+        raise DataError(f"data.path {path}: no such file or folder (looked at {root.resolve()})")
+    if test_path is not None:
+        test_file = Path(test_path).expanduser()
+        if not test_file.is_file():
+            raise DataError(f"data.test_path {test_path}: no such file (looked at {test_file.resolve()})")
+        test = _read(test_file)
+    if test is None:
+        train, test = _held_out_test(train, label, test_fraction, source)
+        source += f" ({test_fraction:g} held out as test, stratified, seed 0)"
+    encoded = tables.encode_table(
+        train, test, label=label, client=client, categorical=categorical, source=source
+    )
+    name = root.stem if root.is_file() else root.name
+    return _dataset(name, encoded, source)
+
+
+def load_sklearn_table(name: str) -> Dataset:
+    """scikit-learn's ``breast-cancer`` (569 × 30, 2 classes) or ``wine`` (178 × 13, 3 classes), shipped with
+    scikit-learn: split train_test_split(test_size=0.25, stratify=y, random_state=0), as digits is."""
+    from sklearn import datasets as sk
+    from sklearn.model_selection import train_test_split
+
+    bunch = {"breast-cancer": sk.load_breast_cancer, "wine": sk.load_wine}[name]()
+    x, y = np.asarray(bunch.data, dtype=np.float64), np.asarray(bunch.target, dtype=np.int64)
+    train_idx, test_idx = train_test_split(np.arange(len(y)), test_size=0.25, stratify=y, random_state=0)
+    features = tuple(str(f) for f in bunch.feature_names)
+    encoded = tables.EncodedTable(
+        train_x=np.ascontiguousarray(x[train_idx], dtype=np.float32),
+        train_y=y[train_idx],
+        test_x=np.ascontiguousarray(x[test_idx], dtype=np.float32),
+        test_y=y[test_idx],
+        classes=tuple(str(c) for c in bunch.target_names),
+        feature_names=features,
+        numeric=(True,) * len(features),
+        train_sites=None,
+        sites=(),
+    )
+    split = "train_test_split(test_size=0.25, stratify=y, random_state=0)"
+    return _dataset(name, encoded, f"sklearn.datasets.load_{name.replace('-', '_')}, {split}")
