@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from fedhet.report.figures import method_curves, moving_average, plot_metric_curves
 
@@ -93,3 +94,72 @@ def test_html_report_is_self_contained_and_holds_the_markdown_tables_and_figures
     assert parsed.links == [] and "_figures/" not in page  # no path to the figure folder remains
     assert {"fedavg", "celm"} <= {c.strip() for c in parsed.cells}  # the results table's method rows
     assert parsed.tags.count("h1") == 1 and "pre" in parsed.tags  # the title; the config block
+
+
+def _drawn(monkeypatch, plot, *args) -> list:
+    """The axes of the figure ``plot(*args)`` saves (the PNG is still written)."""
+    from fedhet.report import figures
+
+    saved = []
+    original = figures.save_figure
+
+    def keep(fig, path):
+        saved.append(fig)
+        return original(fig, path)
+
+    monkeypatch.setattr(figures, "save_figure", keep)
+    assert plot(*args)
+    [fig] = saved
+    return fig.axes
+
+
+@pytest.mark.parametrize("rounds", [1, 3, 20, 300])
+def test_curves_read_at_any_length_markers_when_few_points_integer_rounds_tied_curves_apart(
+    tmp_path, monkeypatch, rounds
+):
+    from matplotlib.ticker import MaxNLocator
+
+    # two methods with equal curves (a tie) and a third apart
+    values = {r: 0.3 + 0.5 * r / rounds for r in range(1, rounds + 1)}
+    runs = [_run("a", 0, values), _run("b", 0, values), _run("c", 0, {r: v / 2 for r, v in values.items()})]
+    [ax] = _drawn(
+        monkeypatch, plot_metric_curves, runs, "accuracy", tmp_path / f"acc{rounds}.png", "acc", 100
+    )
+    lines = [ln for ln in ax.get_lines() if not ln.get_label().startswith("_")]
+    assert [ln.get_label() for ln in lines] == ["a", "b", "c"]
+    markers = [ln.get_marker() for ln in lines]
+    if rounds <= 20:  # every point marked: a 1-round run is a dot, not an invisible line
+        assert all(m not in (None, "None", "", " ") for m in markers) and len(set(markers)) == 3
+    else:
+        assert all(m in (None, "None", "", " ") for m in markers)
+    tied = lines[:2]
+    assert tied[0].get_linestyle() != tied[1].get_linestyle()  # the tie stays visible: two styles
+    assert tied[0].get_linewidth() > tied[1].get_linewidth()  # the one drawn first shows at the sides
+    locator = ax.xaxis.get_major_locator()
+    assert isinstance(locator, MaxNLocator) and locator._integer
+    ticks = [t for t in ax.get_xticks() if ax.get_xlim()[0] <= t <= ax.get_xlim()[1]]
+    assert ticks and all(float(t).is_integer() for t in ticks)
+    assert (tmp_path / f"acc{rounds}.png").stat().st_size > 1000
+
+
+def test_round_figures_of_a_run_use_integer_rounds_and_markers(tmp_path, monkeypatch):
+    from fedhet.report.figures import plot_contributions, plot_fairness_rounds, plot_round_series
+
+    run = {
+        "summary": {"method": "celm"},
+        "metrics": [{"round": r, "contributions": [0.5, 0.5]} for r in (1, 2, 3)],
+    }
+    lines = [{"round": r, "fairness_pearson": 50.0, "bcf_rate": 0.5, "bcf_rate_code": 0.5} for r in (1, 2)]
+    series = {"x": [(1, 0.1), (2, 0.2)], "y": [(1, 0.1), (2, 0.2)]}
+    for plot, args in (
+        (plot_contributions, (run, tmp_path / "c.png")),
+        (plot_fairness_rounds, (lines, {}, tmp_path / "f.png", "t")),
+        (plot_round_series, (series, tmp_path / "s.png", "t", "y")),
+    ):
+        for ax in _drawn(monkeypatch, plot, *args):
+            assert ax.xaxis.get_major_locator()._integer, plot.__name__
+            drawn = [
+                ln for ln in ax.get_lines() if len(ln.get_xdata()) > 0 and ln.get_marker() not in ("None", "")
+            ]
+            assert drawn, plot.__name__
+        monkeypatch.undo()

@@ -42,6 +42,29 @@ def colormap(name: str):
     return matplotlib.colormaps[name]
 
 
+#: A curve with at most this many points marks each point (one evaluation is a dot, not an invisible line).
+MARKER_POINTS = 20
+#: Line styles and markers cycled per curve, so that curves which coincide (tied methods) stay visible.
+LINE_STYLES = ("-", "--", "-.", ":")
+MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*")
+
+
+def curve_style(i: int, points: int) -> dict[str, Any]:
+    """Matplotlib ``plot`` keywords for the ``i``-th curve of a plot, ``points`` long: its own line style,
+    and below MARKER_POINTS its own hollow marker (a later curve on top of an equal one leaves it visible)."""
+    style: dict[str, Any] = {"ls": LINE_STYLES[i % len(LINE_STYLES)]}
+    if points <= MARKER_POINTS:
+        style.update(marker=MARKERS[i % len(MARKERS)], ms=8 - 2 * min(i, 2), mfc="none", mew=1.2)
+    return style
+
+
+def integer_rounds(ax: Any) -> None:
+    """Round numbers on the x axis: integer ticks only (no round 2.5 in a 3-round run), at least one."""
+    from matplotlib.ticker import MaxNLocator
+
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True, min_n_ticks=1))
+
+
 # --------------------------------------------------------------------------------------------------------
 # Partitions
 # --------------------------------------------------------------------------------------------------------
@@ -154,7 +177,9 @@ def plot_metric_curves(
         w = min(window, len(xs))
         xs, ys = xs[w - 1 :], moving_average(scale * ys, w)
         label = m if len(ys) == 1 else f"{m} ({len(ys)} seeds)"
-        ax.plot(xs, ys.mean(axis=0), color=colour, lw=1.5, label=label)
+        # earlier curves drawn wider, so a later equal one (tied methods) leaves them visible at its sides
+        width = 2.6 - 0.5 * min(i, 3)
+        ax.plot(xs, ys.mean(axis=0), color=colour, lw=width, label=label, **curve_style(i, len(xs)))
         if len(ys) > 1:
             ax.fill_between(xs, ys.min(axis=0), ys.max(axis=0), color=colour, alpha=0.15, lw=0)
     parts = ["mean over seeds, band: min–max"] if any(len(ys) > 1 for _, ys in curves.values()) else []
@@ -164,6 +189,7 @@ def plot_metric_curves(
         ax.set_title("; ".join(parts), fontsize=9)
     ax.set_xlabel("round")
     ax.set_ylabel(ylabel)
+    integer_rounds(ax)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8, framealpha=0.8)
     save_figure(fig, path)
@@ -223,8 +249,11 @@ def plot_contributions(run: dict[str, Any], path: Path) -> bool:
         if fr is not None and i == fr:
             label += " (free rider)"
             style = ":"
-        ax.plot(rounds, arr[:, i], style, label=label, lw=1.6)
+        marker = curve_style(i, len(rounds))
+        marker.pop("ls")
+        ax.plot(rounds, arr[:, i], style, label=label, lw=1.6, **marker)
     ax.axhline(1 / arr.shape[1], color="gray", lw=0.8, ls="-.", label="1/N")
+    integer_rounds(ax)
     ax.set_xlabel("round")
     ax.set_ylabel("contribution weight")
     ax.legend(fontsize=7, ncol=2)
@@ -291,8 +320,9 @@ def plot_contribution_history(
         role = _role_of(i, roles)
         style = {"color": ROLE_COLORS[role], "lw": 2.0} if role != "other" else {"lw": 1.0, "alpha": 0.7}
         label = f"client {i}" + ("" if role == "other" else f" ({role.replace('_', '-')})")
-        ax.plot(rounds, c[:, i], marker="o" if len(rounds) <= 30 else None, ms=3, label=label, **style)
+        ax.plot(rounds, c[:, i], label=label, **style, **curve_style(i, len(rounds)))
     ax.axhline(1.0 / n, color="k", ls="--", lw=0.8, label="1/N")
+    integer_rounds(ax)
     ax.set_xlabel("round")
     ax.set_ylabel(ylabel)
     ax.set_title(title)
@@ -453,7 +483,7 @@ def plot_fairness_rounds(
     fig = new_figure(10.0, 4.0, dpi=110)
     left, right = fig.add_subplot(1, 2, 1), fig.add_subplot(1, 2, 2)
     fair = [ln["fairness_pearson"] for ln in lines if isinstance(ln.get("fairness_pearson"), int | float)]
-    left.plot(rounds, fair, lw=1, color="tab:blue")
+    left.plot(rounds, fair, lw=1, color="tab:blue", **curve_style(0, len(rounds)))
     info = report.get("fairness_pearson") or {}
     if info:
         text = f"best {info['best']:.2f} (round {info['best_round']})"
@@ -465,16 +495,19 @@ def plot_fairness_rounds(
         left.set_title(f"{title}: fairness\n{text}", fontsize=8)
     left.set_xlabel("round")
     left.set_ylabel("fairness (100·Pearson)")
-    for key, label in (("bcf_rate", "BCF rate (clean)"), ("bcf_rate_code", "BCF rate (code variant)")):
+    for i, (key, label) in enumerate(
+        (("bcf_rate", "BCF rate (clean)"), ("bcf_rate_code", "BCF rate (code variant)"))
+    ):
         xs = [ln["round"] for ln in lines if isinstance(ln.get(key), int | float)]
         ys = [ln[key] for ln in lines if isinstance(ln.get(key), int | float)]
-        if xs:
-            right.plot(xs, ys, lw=1, label=label)
+        if xs:  # the two rates are often equal: their own styles keep both visible
+            right.plot(xs, ys, lw=1, label=label, **curve_style(i, len(xs)))
     right.set_xlabel("round")
     right.set_ylabel("rate")
     right.set_title("α-BCF rate per round (code variant: −10/N penalty)", fontsize=8)
     right.legend(fontsize=7)
     for ax in (left, right):
+        integer_rounds(ax)
         ax.grid(alpha=0.3)
     save_figure(fig, path)
     return True
@@ -495,7 +528,15 @@ def plot_mask_sizes(
     span = max(float(np.ptp(standalone)), 1e-12)
     for cid in range(sizes.shape[1]):
         colour = cmap((standalone[cid] - standalone.min()) / span)
-        ax.plot(rounds, sizes[:, cid], color=colour, lw=0.9, label=f"{cid} ({100 * standalone[cid]:.1f}%)")
+        ax.plot(
+            rounds,
+            sizes[:, cid],
+            color=colour,
+            lw=0.9,
+            label=f"{cid} ({100 * standalone[cid]:.1f}%)",
+            **curve_style(cid, len(rounds)),
+        )
+    integer_rounds(ax)
     ax.set_xlabel("round")
     ax.set_ylabel("mask size (units)")
     ax.set_title(f"{title}: submodel size per client (legend: standalone acc.)", fontsize=9)
@@ -516,10 +557,11 @@ def plot_round_series(
         return False
     fig = new_figure(7.0, 4.0)
     ax = fig.add_subplot(1, 1, 1)
-    for name, points in series.items():
+    for i, (name, points) in enumerate(series.items()):
         if points:
             xs, ys = zip(*points, strict=True)
-            ax.plot(xs, ys, label=name, marker="." if len(xs) < 40 else None)
+            ax.plot(xs, ys, label=name, **curve_style(i, len(xs)))
+    integer_rounds(ax)
     ax.set_xlabel("round")
     ax.set_ylabel(ylabel)
     ax.set_title(title)
