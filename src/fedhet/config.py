@@ -141,6 +141,9 @@ LATER_KEYS: dict[str, Any] = {
     "data.categorical_columns": [],
     "data.test_path": None,
     "eval.tensorboard": False,
+    "faults.every": 1,
+    "faults.z": None,
+    "faults.epsilon": 0.5,
 }
 TOP_LEVEL = {"seed": int, "out": (str, type(None)), "name": (str, type(None))}
 

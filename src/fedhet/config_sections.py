@@ -100,7 +100,13 @@ class EvalConfig:
 
 
 #: What an injected faulty client does (``[faults] clients``; docs/robustness.md).
-FAULT_BEHAVIOURS = ("noise", "scale", "sign-flip", "stale", "nan", "lie-num-examples", "crash", "drop")
+FAULT_BEHAVIOURS = (
+    "noise", "scale", "sign-flip", "stale", "nan", "lie-num-examples", "crash", "drop",
+    "label-flip", "free-rider", "replay", "alie", "ipm", "adaptive-scale",
+)  # fmt: skip
+#: The behaviours of a coordinated adversary: the round loop alters their replies after it gathers the round's
+#: replies, with the round's honest updates in view (fedhet.engine.faults.coordinated_attack).
+COORDINATED_FAULTS = ("alie", "ipm", "adaptive-scale")
 
 
 @dataclass
@@ -111,16 +117,26 @@ class FaultsConfig:
     ``noise``: weights drawn from N(0, ``noise_std``²), a random model; ``scale``: the update × ``factor``;
     ``sign-flip``: the update negated; ``stale``: the unchanged model it was sent (a free rider); ``nan``:
     NaN weights; ``lie-num-examples``: ``factor`` × its sample count (in its description too); ``crash``:
-    an error; ``drop``: no reply. The clients' standalone reference runs without faults.
+    an error; ``drop``: no reply; ``label-flip``: trains on labels y → K−1−y; ``free-rider``: the model it
+    was sent plus N(0, ``noise_std``²) noise; ``replay``: re-sends its first update; ``alie``: mean − z·std of
+    the round's honest updates; ``ipm``: −``epsilon`` × their mean; ``adaptive-scale``: its update scaled to
+    just under the update-norm guard's bound. The clients' standalone reference runs without faults.
+    Sources and the threat model: docs/reliability.md and fedhet.engine.faults.
     """
 
     clients: dict[str, Any] = field(default_factory=dict)
-    #: The multiplier of ``scale`` and ``lie-num-examples``.
+    #: The multiplier of ``scale`` and ``lie-num-examples`` (and of ``adaptive-scale`` with the guard off).
     factor: float = 100.0
-    #: The standard deviation of ``noise`` weights.
+    #: The standard deviation of ``noise`` weights and of ``free-rider``'s noise.
     noise_std: float = 1.0
     #: The first round the faults act in (the round-0 description lies from the start).
     from_round: int = 1
+    #: Act in every k-th round from ``from_round`` (1 = every round; 2 = rounds from_round, from_round+2, …).
+    every: int = 1
+    #: ALIE's z; None = the paper's z_max = Φ⁻¹((n − s)/n), s = ⌊n/2 + 1⌋ − f (n replies, f colluders).
+    z: float | None = None
+    #: IPM's ε: colluders send −ε × the mean honest update (0.5 the paper's small ε; 100 its large ε).
+    epsilon: float = 0.5
 
 
 @dataclass

@@ -208,3 +208,18 @@ def _check_faults(cfg: ExperimentSections) -> None:
         raise ConfigError(f"faults.noise_std={f.noise_std} must be > 0")
     if f.from_round < 1:
         raise ConfigError(f"faults.from_round={f.from_round} must be >= 1")
+    if f.every < 1:
+        raise ConfigError(
+            f"faults.every={f.every} must be >= 1: attack every k-th round from faults.from_round "
+            "(1 = every round, 2 = every other round)"
+        )
+    if f.z is not None and not f.z >= 0:
+        raise ConfigError(
+            f"faults.z={f.z} must be >= 0 (ALIE sends mean − z·std of the honest updates); "
+            "omit it (or faults.z=none) for the paper's z_max"
+        )
+    if not f.epsilon > 0:
+        raise ConfigError(
+            f"faults.epsilon={f.epsilon} must be > 0 (IPM sends −epsilon × the mean honest update; "
+            "0.5 is the paper's small epsilon, 100 its large one)"
+        )
