@@ -11,7 +11,7 @@ from types import SimpleNamespace
 
 from torch import Tensor
 
-from fedhet.engine.faults import Fault, apply_fault, refuse_to_train
+from fedhet.engine.faults import FAULT_MEMORY, Fault, apply_fault, fault_data, refuse_to_train
 from fedhet.engine.protocol import (
     ACTION_KEY,
     DESCRIBE,
@@ -71,7 +71,8 @@ def run_client(
 ) -> tuple[Reply, ClientState]:
     """Follow one instruction: describe the client, or train from the start weights. Returns the reply and
     the client's new state (``state`` itself is left unchanged). An injected ``fault`` (fedhet.engine.faults)
-    alters only what is sent; the state the client keeps is its honest one."""
+    alters what is sent, or (``label-flip``) the labels it trains on; the state the client keeps is its
+    honest one, plus what a fault remembers (``values[FAULT_MEMORY]``: ``replay``'s update)."""
     if instruction.config.get(ACTION_KEY) == DESCRIBE:
         return apply_fault(fault, trainer.describe(data), {}), state
     refuse_to_train(fault)
@@ -79,7 +80,7 @@ def run_client(
     start = start_weights(instruction, state.weights, model.state_dict().keys())
     update = LocalUpdate(
         model=model,
-        data=data,
+        data=fault_data(fault, data),
         instruction=instruction,
         state=ClientState(weights=state.weights, values=dict(state.values)),
         context=context,
@@ -89,4 +90,11 @@ def run_client(
     reply = trainer.fit(update)
     # A fault alters what was learnt: the change from ``start``, or the update itself where that is the reply
     # (an empty start: a stale update is zero, a scaled one k·Δ, a flipped one −Δ).
-    return apply_fault(fault, reply, {} if trainer.uploads_updates else start), update.state
+    memory = dict(state.values.get(FAULT_MEMORY, {}))
+    sent = apply_fault(fault, reply, {} if trainer.uploads_updates else start, memory)
+    if not memory:
+        return sent, update.state
+    # Kept whatever the trainer made of its values, so that it survives rounds in which the fault is idle.
+    return sent, ClientState(
+        weights=update.state.weights, values={**update.state.values, FAULT_MEMORY: memory}
+    )

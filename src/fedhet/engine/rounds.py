@@ -23,6 +23,7 @@ import math
 import os
 import time
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +36,7 @@ from fedhet.config import ExperimentConfig, to_toml
 from fedhet.engine import checkpoint as ckpt
 from fedhet.engine.boundary import accept_descriptions, accept_replies, check_inputs, check_transport
 from fedhet.engine.evaluation import evaluate_round
+from fedhet.engine.faults import coordinated_attack
 from fedhet.engine.guards import guard_updates, model_is_finite, update_norms
 from fedhet.engine.protocol import LR_KEY, FederationInfo, Reply, Strategy, Transport
 from fedhet.engine.records import (
@@ -168,6 +170,7 @@ class RoundLoop:
             # or the standalone accuracies, which the run may still hold for evaluation.
             validation=self.fed.validation if "validation" in needs else None,
             reference_contributions=self.reference if "reference_contributions" in needs else None,
+            aggregation=asdict(cfg.aggregation),
         )
         strategy.setup(self.info)
         self.transport = self.make_transport()
@@ -214,6 +217,13 @@ class RoundLoop:
             ins.config[LR_KEY] = lr
         received, failures = self.transport.send(rnd, outgoing)
         replies, rejected = accept_replies(received, self.template.state_dict())
+        # -- [faults] the coordinated adversary (alie, ipm, adaptive-scale; fedhet.engine.faults) ----------
+        # Its colluders replace their replies with the round's honest updates in view, after the boundary and
+        # before the guards and the aggregation; the same step on every transport. Nothing without [faults].
+        if cfg.faults.clients:
+            uploads = self.strategy.trainer_class.uploads_updates
+            replies = coordinated_attack(cfg, rnd, replies, outgoing, uploads)
+        # -- end of the coordinated adversary -----------------------------------------------------------
         # ‖w_i − w_sent‖ of each well-formed reply: the guards judge by it; the audit reads it (stale)
         norms = update_norms(replies, outgoing, self.strategy.trainer_class.uploads_updates)
         guarded = guard_updates(replies, outgoing, cfg.guards, norms)
