@@ -334,3 +334,25 @@ def test_every_new_attack_in_one_run_is_bit_identical_twice(tmp_path):
     clean = digits_config(clients=8, rounds=3)
     make_simulation(clean, run_dir=tmp_path / "clean").run()
     assert lines_of(tmp_path / "a")[-1]["accuracy"] != lines_of(tmp_path / "clean")[-1]["accuracy"]
+
+
+# -- on Flower -----------------------------------------------------------------------------------------------
+@pytest.mark.slow
+def test_the_attacks_act_on_flower_as_in_the_embedded_engine(tmp_path):
+    """The coordinated step runs in the shared round loop; label-flip and replay on the nodes (replay's memory
+    in Flower's context.state, as JSON): metrics.jsonl bit for bit as the embedded engine's."""
+    pytest.importorskip("flwr", reason="the Flower tests need fedhet[flower]")
+    from fedhet.flower.server import run_flower_simulation
+
+    cfg = ExperimentConfig()
+    cfg.data.dataset, cfg.data.split, cfg.data.clients = "fashion-mnist", "iid", 4
+    cfg.data.max_train_samples, cfg.data.max_test_samples = 800, 200
+    cfg.train.rounds, cfg.train.local_steps, cfg.train.batch_size, cfg.train.threads = 3, 3, 16, 1
+    cfg.eval.fairness = False
+    cfg.faults.clients = {"0": "alie", "1": "replay", "2": "label-flip"}
+    run_flower_simulation(cfg, tmp_path / "flower")
+    make_simulation(cfg, run_dir=tmp_path / "embedded").run()
+    flower, embedded = lines_of(tmp_path / "flower"), lines_of(tmp_path / "embedded")
+    assert flower == embedded
+    norms = [line["update_norms"]["1"] for line in embedded]
+    assert norms[1] == pytest.approx(norms[0], rel=1e-5) == pytest.approx(norms[2], rel=1e-5)  # replayed
