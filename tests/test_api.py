@@ -160,7 +160,7 @@ def test_npz_and_image_folder_hold_the_same_data_and_run_from_the_cli(tmp_path, 
 def test_user_data_errors_name_the_key_and_the_fix(tmp_path):
     with pytest.raises(ConfigError, match=r"set data\.path"):
         load_dataset("npz")
-    with pytest.raises(ConfigError, match=r"data\.path is read only with data\.dataset = 'npz' or 'folder'"):
+    with pytest.raises(ConfigError, match=r"data\.path is read only with data\.dataset = 'npz', 'folder'"):
         load_dataset("digits", path=tmp_path)
     with pytest.raises(DataError, match="has no train/ folder"):
         load_dataset("folder", path=tmp_path)

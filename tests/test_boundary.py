@@ -37,6 +37,7 @@ SERVER_KNOWS = {
     "eval_batch_size",
     "validation",
     "reference_contributions",
+    "aggregation",  # the server's own setting: how it combines models
 }
 SUBMODEL = tuple(n for n in method_names() if n.startswith(("fedrac", "fedsac")))  # need maskable units
 PROXY_HEADS = ("proxyfl",)

@@ -23,6 +23,7 @@ from typing import Any
 from fedhet.config_sections import (
     CHOICES,
     FAULT_BEHAVIOURS,
+    AggregationConfig,
     DataConfig,
     EngineConfig,
     EvalConfig,
@@ -37,6 +38,7 @@ from fedhet.errors import ConfigError
 
 __all__ = [
     "CHOICES",
+    "AggregationConfig",
     "CONFIG_DIR",
     "FAULT_BEHAVIOURS",
     "LATER_KEYS",
@@ -74,6 +76,7 @@ class ExperimentConfig:
     eval: EvalConfig = field(default_factory=EvalConfig)
     faults: FaultsConfig = field(default_factory=FaultsConfig)
     guards: GuardsConfig = field(default_factory=GuardsConfig)
+    aggregation: AggregationConfig = field(default_factory=AggregationConfig)
     engine: EngineConfig = field(default_factory=EngineConfig)
     seed: int = 0
     out: str | None = None
@@ -114,8 +117,8 @@ class ExperimentConfig:
         )
 
     def experiment_sections(self) -> tuple[str, ...]:
-        """The sections that define the experiment: [faults] and [guards] only where they differ from their
-        defaults, so that adding them kept every earlier run's fingerprint."""
+        """The sections that define the experiment: [faults], [guards] and [aggregation] only where they
+        differ from their defaults, so that adding them kept every earlier run's fingerprint."""
         optional = tuple(s for s in OPTIONAL_SECTIONS if getattr(self, s) != SECTIONS[s]())
         return ("data", "model", "train", "method", "eval", *optional)
 
@@ -128,10 +131,11 @@ SECTIONS: dict[str, type] = {
     "eval": EvalConfig,
     "faults": FaultsConfig,
     "guards": GuardsConfig,
+    "aggregation": AggregationConfig,
     "engine": EngineConfig,
 }
 #: Sections written to TOML and fingerprinted only when they differ from their defaults.
-OPTIONAL_SECTIONS = ("faults", "guards", "engine")
+OPTIONAL_SECTIONS = ("faults", "guards", "aggregation", "engine")
 #: Keys added after fingerprints were in use, fingerprinted only when set, so earlier runs and caches keep
 #: their keys (dotted key -> default).
 LATER_KEYS: dict[str, Any] = {

@@ -170,6 +170,30 @@ class GuardsConfig:
 
 
 @dataclass
+class AggregationConfig:
+    """How the server combines the accepted client models (docs/robustness.md). Parameter names follow
+    Flower's FedTrimmedAvg (``beta``) and Krum / MultiKrum (``num_malicious_nodes``, ``num_nodes_to_select``)
+    strategies, so a federation moving to Flower keeps its settings.
+
+    ``mean`` is each method's own weighted average (FedAvg's sample counts, CELM's contributions); the
+    robust rules replace it for methods that average client models (FedAvg, FedProx, FedRS, CELM, the
+    semi-supervised ones); Krum, Multi-Krum and centered clipping keep the method's weights, the median and
+    the trimmed mean weigh every model alike.
+    """
+
+    rule: str = "mean"
+    #: trimmed-mean: the fraction cut from each end of every coordinate (0 <= beta < 0.5).
+    beta: float = 0.2
+    #: krum / multi-krum: f, the number of hostile clients assumed (scores sum the n - f - 2 nearest).
+    num_malicious_nodes: int = 0
+    #: multi-krum: m, how many of the lowest-scoring models are averaged.
+    num_nodes_to_select: int = 1
+    #: centered-clipping: the radius tau and the number of clipping iterations L.
+    clipping_tau: float = 1.0
+    clipping_iterations: int = 1
+
+
+@dataclass
 class EngineConfig:
     """How the embedded engine runs the clients of a round (docs/performance.md)."""
 
@@ -193,4 +217,5 @@ CHOICES: dict[tuple[str, str], tuple[Any, ...]] = {
     ("train", "device"): ("auto", "cpu", "cuda"),
     ("engine", "mode"): ("sequential", "vectorized", "auto"),
     ("eval", "fairness"): ("auto", True, False),
+    ("aggregation", "rule"): ("mean", "median", "trimmed-mean", "krum", "multi-krum", "centered-clipping"),
 }

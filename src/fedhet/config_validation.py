@@ -14,6 +14,7 @@ from typing import Any, Protocol
 from fedhet.config_sections import (
     CHOICES,
     FAULT_BEHAVIOURS,
+    AggregationConfig,
     DataConfig,
     EvalConfig,
     FaultsConfig,
@@ -31,6 +32,7 @@ class ExperimentSections(Protocol):
     eval: EvalConfig
     faults: FaultsConfig
     guards: GuardsConfig
+    aggregation: AggregationConfig
 
 
 # --------------------------------------------------------------------------------------------------------
@@ -187,6 +189,20 @@ def check_ranges(cfg: ExperimentSections) -> None:
         g.max_all_rejected_rounds >= 0,
         f"guards.max_all_rejected_rounds={g.max_all_rejected_rounds} must be >= 0 (0 = never stop)",
     )
+    a = cfg.aggregation
+    need(
+        0.0 <= a.beta < 0.5, f"aggregation.beta={a.beta} must be in [0, 0.5) (the fraction cut from each end)"
+    )
+    need(
+        0 <= a.num_malicious_nodes < cfg.data.clients,
+        f"aggregation.num_malicious_nodes={a.num_malicious_nodes} must be in 0..{cfg.data.clients - 1}",
+    )
+    need(
+        1 <= a.num_nodes_to_select <= cfg.data.clients,
+        f"aggregation.num_nodes_to_select={a.num_nodes_to_select} must be in 1..{cfg.data.clients}",
+    )
+    need(a.clipping_tau > 0, f"aggregation.clipping_tau={a.clipping_tau} must be > 0")
+    need(a.clipping_iterations >= 1, f"aggregation.clipping_iterations={a.clipping_iterations} must be >= 1")
 
 
 def _check_faults(cfg: ExperimentSections) -> None:

@@ -19,7 +19,14 @@ from typing import Any
 import numpy as np
 
 from fedhet.algorithms import build_strategy
-from fedhet.config import EvalConfig, ExperimentConfig, FaultsConfig, GuardsConfig, apply_override
+from fedhet.config import (
+    AggregationConfig,
+    EvalConfig,
+    ExperimentConfig,
+    FaultsConfig,
+    GuardsConfig,
+    apply_override,
+)
 from fedhet.engine.protocol import Strategy
 from fedhet.engine.rounds import RoundListener
 from fedhet.engine.simulation import Simulation
@@ -45,6 +52,7 @@ def standalone_config(cfg: ExperimentConfig) -> ExperimentConfig:
     # leaves [faults] and [guards] out for this reason). A client that never trains gets NaN here rather
     # than stopping the pre-pass: the method that needs the reference names the client and the fix.
     sub.faults, sub.guards = FaultsConfig(), GuardsConfig(max_all_rejected_rounds=0)
+    sub.aggregation = AggregationConfig()  # nothing is averaged
     # The reference *is* the rewards' accuracy: the run's own [eval] switches say what the run reports,
     # never what the pre-pass computes (eval.rewards=false would leave it nothing but NaN).
     sub.eval = EvalConfig(
@@ -77,10 +85,25 @@ def standalone_key(cfg: ExperimentConfig) -> str:
     if cfg.data.path and Path(cfg.data.path).exists():
         st = Path(cfg.data.path).stat()
         extra["data_path_file"] = [st.st_size, st.st_mtime_ns]
+        if Path(cfg.data.path).is_dir():  # a folder of files (images, or one table per client)
+            extra["data_path_file"] = _folder_signature(Path(cfg.data.path))
+    if cfg.data.test_path and Path(cfg.data.test_path).is_file():
+        st = Path(cfg.data.test_path).stat()
+        extra["data_test_path_file"] = [st.st_size, st.st_mtime_ns]
     if not extra:
         return key
     blob = json.dumps({"key": key, **extra}, sort_keys=True, default=str)
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+def _folder_signature(folder: Path) -> str:
+    """A digest of every file's relative path, size and modification time under ``folder``."""
+    entries = sorted(
+        (str(p.relative_to(folder)), p.stat().st_size, p.stat().st_mtime_ns)
+        for p in folder.rglob("*")
+        if p.is_file()
+    )
+    return hashlib.sha256(json.dumps(entries).encode()).hexdigest()[:16]
 
 
 def standalone_cache_file(cfg: ExperimentConfig) -> Path:

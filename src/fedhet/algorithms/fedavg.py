@@ -18,6 +18,7 @@ import torch
 from torch import Tensor, nn
 
 from fedhet.algorithms.params import check_choice
+from fedhet.algorithms.robust_aggregation import WEIGHTED_RULES, robust_average
 from fedhet.devices import to_device
 from fedhet.engine.evaluation import accuracy_of
 from fedhet.engine.protocol import (
@@ -200,6 +201,7 @@ class FedAvg(Strategy):
 
     name = "fedavg"
     trainer_class: type[Trainer] = SGDTrainer
+    supports_aggregation_rules = True
 
     def __init__(self, weighting: str = "samples", reward: str = "local") -> None:
         self.weighting = check_choice("weighting", weighting, ("samples", "uniform"))
@@ -216,6 +218,7 @@ class FedAvg(Strategy):
         """Keep the federation's facts and the initial global model."""
         self.info = info
         self.model = info.model
+        self.aggregation_settings = dict(info.aggregation or {"rule": "mean"})
 
     def global_weights(self) -> Weights:
         return self.model.state_dict()
@@ -242,10 +245,27 @@ class FedAvg(Strategy):
         p = self.aggregation_weights(rnd, replies)
         if float(np.sum(p)) <= 0:
             p = self.all_zero_weights(rnd, ids)
-        self.model.load_state_dict(weighted_average([replies[c].weights for c in ids], p))
+        merged, shares = self.combine([replies[c].weights for c in ids], np.asarray(p, dtype=np.float64))
+        self.model.load_state_dict(merged)
         # What each client weighed in this round's average (reported in metrics.jsonl).
-        shares = np.asarray(p, dtype=np.float64) / float(np.sum(p))
         self.round_weights = dict(zip(ids, shares.tolist(), strict=True))
+
+    def combine(self, states: list[Weights], p: np.ndarray) -> tuple[Weights, np.ndarray]:
+        """The new global model from the client models and the method's weights ``p``, by the rule of
+        ``[aggregation]`` (the weighted mean by default; a robust rule keeps the method's weights where it is
+        weighted: Krum's and centered clipping's), and each model's share in it (0 for one a rule left out;
+        1/n each under the unweighted median and trimmed mean)."""
+        settings = self.aggregation_settings
+        rule = settings.get("rule", "mean")
+        if rule == "mean":
+            return weighted_average(states, p), p / float(np.sum(p))
+        merged, kept = robust_average(states, p, settings, center=self.model.state_dict())
+        shares = np.zeros(len(states))
+        if rule in WEIGHTED_RULES:
+            shares[kept] = p[kept] / float(np.sum(p[kept])) if float(np.sum(p[kept])) > 0 else 1.0 / len(kept)
+        else:
+            shares[kept] = 1.0 / len(kept)
+        return merged, shares
 
     def all_zero_weights(self, rnd: int, ids: list[int]) -> np.ndarray:
         """The weights used when every replying client's p_i is 0: uniform."""

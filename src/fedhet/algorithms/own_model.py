@@ -283,6 +283,8 @@ class OwnModelStrategy(FedAvg):
     descriptions.
     """
 
+    supports_aggregation_rules = False  # its server step combines updates its own way (reputations, rewards)
+
     trainer_class = OwnModelTrainer
     #: Rewards are these methods' result: fairness is measured unless eval.fairness = false.
     fairness_by_default = True

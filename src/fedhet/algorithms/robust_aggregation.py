@@ -17,8 +17,10 @@ names follow Flower's strategies of the same rule (FedMedian, FedTrimmedAvg ``be
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
+import numpy as np
 import torch
 from torch import Tensor
 
@@ -107,3 +109,37 @@ def aggregate_vectors(
             raise ValueError("centered-clipping needs the center (the previous global model)")
         return centered_clipping(x, weights, center, clipping_tau, clipping_iterations), everyone
     raise ValueError(f"unknown aggregation rule {rule!r}; accepted: {', '.join(RULES)}")
+
+
+def robust_average(
+    states: Sequence[Mapping[str, Tensor]],
+    p: Sequence[float] | np.ndarray,
+    settings: Mapping[str, Any],
+    center: Mapping[str, Tensor] | None = None,
+) -> tuple[dict[str, Tensor], list[int]]:
+    """The rule ``settings["rule"]`` (with its parameters, ``[aggregation]``) over client models ``states``
+    with the method's weights ``p``: the aggregated state dict and the positions of the models it used.
+    ``center`` (the previous global model) is the start of centered clipping. Integer buffers (BatchNorm's
+    counters) are the first model's, as in the weighted mean."""
+    keys = [k for k, v in states[0].items() if v.is_floating_point()]
+    shapes = [states[0][k].shape for k in keys]
+    flat = lambda sd: torch.cat([sd[k].reshape(-1) for k in keys])  # noqa: E731
+    x = torch.stack([flat(sd) for sd in states])
+    rule = settings.get("rule", "mean")
+    vector, kept = aggregate_vectors(
+        x,
+        torch.as_tensor(np.asarray(p, dtype=np.float64), dtype=x.dtype),
+        rule,
+        center=None if center is None else flat(center).to(x.device, x.dtype),
+        **{k: v for k, v in settings.items() if k != "rule"},
+    )
+    out: dict[str, Tensor] = {}
+    offset = 0
+    for key, shape in zip(keys, shapes, strict=True):
+        size = int(np.prod(shape)) if len(shape) else 1
+        out[key] = vector[offset : offset + size].reshape(shape).clone()
+        offset += size
+    for key, value in states[0].items():
+        if key not in out:
+            out[key] = value.clone()
+    return {k: out[k] for k in states[0]}, kept

@@ -20,6 +20,8 @@ class Standalone(FedAvg):
     model it keeps (``keep = "model"``) and the server only records its replies (the reward models).
     """
 
+    supports_aggregation_rules = False  # nothing is averaged
+
     name = "standalone"
     rewards_are_reference = True
 

@@ -100,6 +100,8 @@ class SubmodelStrategy(FedAvg):
     is the global model under its mask.
     """
 
+    supports_aggregation_rules = False  # it averages masked submodels unit by unit
+
     name = "submodel"
     model_needs = frozenset({"masks"})
     #: Rewards are these methods' result: fairness is measured unless eval.fairness = false.

@@ -139,6 +139,14 @@ def check_inputs(
     client); and the standalone accuracies when ``eval.fairness = true`` asks for them."""
     name = strategy.name
     needs = strategy.requirements()
+    rule = cfg.aggregation.rule
+    if rule != "mean" and not strategy.supports_aggregation_rules:
+        raise ConfigError(
+            f"aggregation.rule = {rule!r} replaces an average of client models, which method {name!r} does "
+            "not compute (it combines updates or submodels its own way); use aggregation.rule = 'mean' with "
+            "it, "
+            "or a method that averages models (fedavg, fedprox, fedrs, celm, the semi-supervised ones)"
+        )
     if "validation" in needs and validation is None:
         raise ConfigError(
             f"method {name!r} needs a server validation set and the run holds none; set "

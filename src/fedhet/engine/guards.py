@@ -29,6 +29,22 @@ def update_norm(reply: Reply, sent: Instruction | None, updates: bool = False) -
     return update_norms({0: reply}, {0: sent} if sent is not None else {}, updates)[0]
 
 
+def _update_parts(reply: Reply, ins: Instruction | None, updates: bool) -> dict[str, Tensor]:
+    """The change w_i − w_sent per floating-point tensor, as :func:`update_norm` defines it."""
+    reference = {} if updates or ins is None or ins.delta else ins.weights
+    parts: dict[str, Tensor] = {}
+    for key, value in reply.weights.items():
+        if not value.is_floating_point():
+            continue
+        base = reference.get(key)
+        if reference and base is None:
+            # Not sent: an absolute weight is not a change; beside the changes of the keys that were sent
+            # it made an honest returning client's norm 25x the round's median (CELM's warm-up heads).
+            continue
+        parts[key] = (value if base is None else value - base.to(value.device, value.dtype)).detach()
+    return parts
+
+
 def update_norms(
     replies: Mapping[int, Reply], sent: Mapping[int, Instruction], updates: bool = False
 ) -> dict[int, float]:
@@ -36,25 +52,38 @@ def update_norms(
     host sync on a GPU, not one per tensor)."""
     squares: list[Tensor] = []
     for cid in sorted(replies):
-        ins = sent.get(cid)
-        reference = {} if updates or ins is None or ins.delta else ins.weights
         total = torch.zeros((), dtype=torch.float64)
-        for key, value in replies[cid].weights.items():
-            if not value.is_floating_point():
-                continue
-            base = reference.get(key)
-            if reference and base is None:
-                # Not sent: an absolute weight is not a change; beside the changes of the keys that were sent
-                # it made an honest returning client's norm 25x the round's median (CELM's warm-up heads).
-                continue
-            diff = value if base is None else value - base.to(value.device, value.dtype)
-            total = total.to(value.device) + diff.detach().double().pow(2).sum()
+        for diff in _update_parts(replies[cid], sent.get(cid), updates).values():
+            total = total.to(diff.device) + diff.double().pow(2).sum()
         squares.append(total)
     if not squares:
         return {}
     device = squares[0].device
     values = torch.stack([t.to(device) for t in squares]).sqrt().tolist()
     return dict(zip(sorted(replies), values, strict=True))
+
+
+def update_cosines(
+    replies: Mapping[int, Reply], sent: Mapping[int, Instruction], updates: bool = False
+) -> dict[int, float]:
+    """cos(Δ_i, m) for every reply: its update Δ_i (as :func:`update_norm` measures it) against the
+    coordinate-wise median m of the round's updates (the lower median for an even count), over the tensors
+    every update holds. Empty with fewer than 3 updates or a zero median (no consensus to judge by)."""
+    if len(replies) < MIN_UPDATES_FOR_MEDIAN:
+        return {}
+    ids = sorted(replies)
+    parts = [_update_parts(replies[cid], sent.get(cid), updates) for cid in ids]
+    keys = sorted(set.intersection(*(set(p) for p in parts)))
+    if not keys:
+        return {}
+    rows = torch.stack([torch.cat([p[k].reshape(-1).float() for k in keys]) for p in parts])
+    median = rows.median(dim=0).values
+    scale = float(median.norm())
+    if scale == 0.0:
+        return {}
+    norms = rows.norm(dim=1).clamp_min(1e-30)
+    cosines = (rows @ median) / (norms * scale)
+    return dict(zip(ids, cosines.double().tolist(), strict=True))
 
 
 def guard_updates(

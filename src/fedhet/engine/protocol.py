@@ -130,6 +130,8 @@ class FederationInfo:
     eval_batch_size: int = 2048
     validation: tuple[Tensor, Tensor] | None = None
     reference_contributions: np.ndarray | None = None
+    #: How the server combines client models (``[aggregation]``: rule and its parameters); None = the mean.
+    aggregation: Mapping[str, Any] | None = None
 
 
 @dataclass
@@ -236,6 +238,9 @@ class Strategy(ABC):
     #: What the method needs of its model beyond forward/state_dict (``fedhet.models.registry.MODEL_NEEDS``):
     #: "head" (features + a Linear head), "masks" (maskable units). Checked before the first round.
     model_needs: frozenset[str] = frozenset()
+    #: True for a method whose server step is an average of client models that ``[aggregation]``'s robust
+    #: rules (median, trimmed mean, Krum, centered clipping) may replace; the others refuse a rule but "mean".
+    supports_aggregation_rules: bool = False
 
     def requirements(self) -> frozenset[str]:
         """Inputs beyond messages: ``"validation"`` (a server validation split), ``"reference_contributions"``

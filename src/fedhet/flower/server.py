@@ -266,7 +266,7 @@ def make_server_app(
 
     @app.main()
     def main(grid: Grid, context: Context) -> None:
-        from fedhet.experiment import needs_reference, standalone_accuracies
+        from fedhet.experiment import needs_reference, reference_reason, standalone_accuracies
 
         run_config = dict(context.run_config)
         config = cfg if cfg is not None else _config_from_run_config(run_config, app_dir)
@@ -277,7 +277,10 @@ def make_server_app(
         )
         reference = reference_contributions
         if reference is None and needs_reference(config, chosen):
-            reference = standalone_accuracies(config)  # the cached pre-pass, on the server's copy of the data
+            # the cached pre-pass, on the server's copy of the data; one line says it runs, why and its cost
+            reference = standalone_accuracies(
+                config, notify=log.warning, reason=reference_reason(config, chosen)
+            )
         out = run_dir if run_dir is not None else run_config.get("run-dir")
         server = FlowerServer(
             config,

@@ -29,7 +29,7 @@ def check_model_args(
     if len(shape) not in (1, 3) or any(isinstance(d, bool) or not isinstance(d, int) or d < 1 for d in shape):
         raise ConfigError(
             f"input_shape must be three positive ints (channels, height, width) for images, or one "
-            f"(features,) for a table, got {input_shape!r}; e.g. (1, 28, 28) for Fashion-MNIST or (13,) for wine"
+            f"(features,) for a table, got {input_shape!r}; e.g. (1, 28, 28) for Fashion-MNIST, (13,) wine"
         )
     if model is not None and len(shape) == 1:
         raise ConfigError(
