@@ -18,13 +18,14 @@ keeps its old update in the state's :data:`FAULT_MEMORY`). The behaviours are
 The coordinated behaviours (:data:`fedhet.config.COORDINATED_FAULTS`) need the round's honest updates, so
 :func:`coordinated_attack` applies them in the round loop after the replies are gathered and before the
 guards and the aggregation see them (both engines share that loop). Threat model: an omniscient,
-coordinated adversary that sees every honest update of the round, the setting of the ALIE and IPM papers'
-evaluations and the strongest case; colluders share one set of statistics and send the same update.
+coordinated adversary that sees every honest update of the round (the strongest case; IPM's assumption, the
+full-knowledge setting of later evaluations); colluders share one set of statistics and send the same
+update. With no honest reply in the round they use their own honest updates (ALIE's own estimate).
 
-- ``alie``: "A Little Is Enough", Baruch et al., NeurIPS 2019 (Sec. 3, Alg. 3): each colluder sends the
+- ``alie``: "A Little Is Enough", Baruch et al., NeurIPS 2019 (Sec. 3): each colluder sends the
   coordinate-wise mean − z·std of the honest updates, z_max = Φ⁻¹((n − s)/n), s = ⌊n/2 + 1⌋ − f.
-- ``ipm``: Inner Product Manipulation, Xie et al., "Fall of Empires", UAI 2019/2020 (Sec. 4): each colluder
-  sends −ε × the mean honest update (ε = 0.5 small, ε = 100 the paper's large ε).
+- ``ipm``: Inner Product Manipulation, Xie et al., "Fall of Empires", UAI 2019 (PMLR 115, 2020; Sec. 4):
+  each colluder sends −ε × the mean honest update (ε = 0.5 a small ε; e.g. 100 the "large ε" variant).
 - ``adaptive-scale``: explicit boosting (Bhagoji et al., "Analyzing Federated Learning through an
   Adversarial Lens", ICML 2019, Sec. 3) tuned to the defence, as adaptive attacks are (Shejwalkar and
   Houmansadr, NDSS 2021): the update scaled to 0.99 × the update-norm guard's bound.
