@@ -295,6 +295,27 @@ def test_a_replaying_client_in_a_run_sends_the_same_update_every_round(tmp_path)
     assert FAULT_MEMORY not in sim.transport.states[0].values
 
 
+def test_a_run_with_a_replaying_client_resumes_bit_identically(tmp_path):
+    """The replayed update lives in the client's state, so a checkpoint carries it across a resume."""
+
+    class Stop(Exception):
+        pass
+
+    def stop_after_3(rnd, total, line):
+        if rnd == 3:
+            raise Stop
+
+    cfg = digits_config(clients=4, rounds=4, faults__clients={"1": "replay", "2": "alie"})
+    cfg.eval.checkpoint_every = 2
+    make_simulation(cfg, run_dir=tmp_path / "full").run()
+    with pytest.raises(Stop):
+        make_simulation(cfg, run_dir=tmp_path / "cut", progress=stop_after_3).run()
+    make_simulation(cfg, run_dir=tmp_path / "cut", resume=True).run()  # from round 2's checkpoint
+    assert (tmp_path / "cut" / "metrics.jsonl").read_bytes() == (
+        tmp_path / "full" / "metrics.jsonl"
+    ).read_bytes()
+
+
 # -- timing --------------------------------------------------------------------------------------------------
 def test_every_attacks_only_on_its_beat_from_from_round(tmp_path):
     cfg = digits_config(faults__clients={"1": "alie"}, faults__from_round=2, faults__every=2)
