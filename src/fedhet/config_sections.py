@@ -155,6 +155,11 @@ class GuardsConfig:
     #: Reject a reply whose num_examples exceeds this × the round's median num_examples; 0 = off. A client
     #: that truly holds more than 10× the median needs a larger factor (its rejection says so).
     num_examples_factor: float | None = 10.0
+    #: Reject an update pointing away from the round's consensus: cos(Δ_i, coordinate-wise median Δ) below
+    #: this (3 or more updates); None = off. Off by default: honest updates of very non-IID clients point
+    #: away too (cosines down to −0.56 measured on Dir(0.05) with 5 clients, docs/robustness.md), so no
+    #: threshold both spares them and stops every sign-flip; −0.8 stops IPM-like updates on milder splits.
+    min_update_cosine: float | None = None
     #: Reject a reply (or description) claiming more samples than this; None = no bound.
     max_num_examples: int | None = None
     #: Undo a round whose aggregated global model is not finite (the round is logged and recorded).

@@ -182,6 +182,10 @@ def check_ranges(cfg: ExperimentSections) -> None:
         v = getattr(g, key)
         need(v == 0 or v > 1.0, f"guards.{key}={v} must be > 1 (a multiple of the median), or 0 (off)")
     need(
+        g.min_update_cosine is None or -1.0 <= g.min_update_cosine < 1.0,
+        f"guards.min_update_cosine={g.min_update_cosine} must be in [-1, 1) (or none: off)",
+    )
+    need(
         g.max_num_examples is None or g.max_num_examples >= 1,
         f"guards.max_num_examples={g.max_num_examples} must be >= 1 (or omitted for no bound)",
     )

@@ -92,11 +92,13 @@ def guard_updates(
     guards: GuardsConfig,
     norms: Mapping[int, float] | None = None,
     updates: bool = False,
+    cosines: Mapping[int, float] | None = None,
 ) -> dict[int, str]:
     """The replies the guards reject, with the reason: num_examples above ``max_num_examples`` or above
     ``num_examples_factor`` × the round's median, an update norm above ``update_norm_factor`` × the median
     (``norms``: the replies' :func:`update_norms`, computed here when not given, measured as ``updates``
-    says: the trainer's ``uploads_updates``)."""
+    says: the trainer's ``uploads_updates``), an update whose cosine with the round's median update is below
+    ``min_update_cosine`` (``cosines``: :func:`update_cosines`, computed here when not given)."""
     rejected: dict[int, str] = {}
     if guards.max_num_examples is not None:
         for cid, reply in replies.items():
@@ -117,6 +119,17 @@ def guard_updates(
         rejected.update(
             _above_median(kept, guards.update_norm_factor, "update norm", rejected, "update_norm_factor")
         )
+    if guards.min_update_cosine is not None:
+        if cosines is None:
+            cosines = update_cosines(replies, sent, updates)
+        bound = guards.min_update_cosine
+        for cid, cos in cosines.items():
+            if cid not in rejected and cos < bound:
+                rejected[cid] = (
+                    f"update points away from the round's median update (cosine {cos:.3f} < "
+                    f"guards.min_update_cosine = {bound:g}; if this client is honest and its data unlike the "
+                    "others', lower it, or set it to none to turn the guard off)"
+                )
     return rejected
 
 

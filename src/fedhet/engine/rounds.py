@@ -37,7 +37,7 @@ from fedhet.engine import checkpoint as ckpt
 from fedhet.engine.boundary import accept_descriptions, accept_replies, check_inputs, check_transport
 from fedhet.engine.evaluation import evaluate_round
 from fedhet.engine.faults import coordinated_attack
-from fedhet.engine.guards import guard_updates, model_is_finite, update_norms
+from fedhet.engine.guards import guard_updates, model_is_finite, update_cosines, update_norms
 from fedhet.engine.protocol import LR_KEY, FederationInfo, Reply, Strategy, Transport
 from fedhet.engine.records import (
     RECORDS_FILE,
@@ -225,8 +225,13 @@ class RoundLoop:
             replies = coordinated_attack(cfg, rnd, replies, outgoing, uploads)
         # -- end of the coordinated adversary -----------------------------------------------------------
         # ‖w_i − w_sent‖ of each well-formed reply: the guards judge by it; the audit reads it (stale)
-        norms = update_norms(replies, outgoing, self.strategy.trainer_class.uploads_updates)
-        guarded = guard_updates(replies, outgoing, cfg.guards, norms)
+        uploads = self.strategy.trainer_class.uploads_updates
+        norms = update_norms(replies, outgoing, uploads)
+        # cos(Δ_i, the round's median Δ): only when the direction guard is on (it stacks every update)
+        cosines = (
+            update_cosines(replies, outgoing, uploads) if cfg.guards.min_update_cosine is not None else {}
+        )
+        guarded = guard_updates(replies, outgoing, cfg.guards, norms, cosines=cosines)
         for cid in guarded:
             del replies[cid]
         rejected.update(guarded)
@@ -258,6 +263,8 @@ class RoundLoop:
             line["rolled_back"] = "the aggregated global model was not finite"
         if norms:
             line["update_norms"] = {str(c): v for c, v in norms.items()}
+        if cosines:
+            line["update_cosines"] = {str(c): v for c, v in cosines.items()}
         if losses:
             line["train_loss"] = float(np.average([v for v, _ in losses], weights=[n for _, n in losses]))
         return line
