@@ -126,8 +126,19 @@ class SubmodelStrategy(FedAvg):
         score_per_class: int = 20,
         score_depths: Sequence[int] = (1, 2, 3, 4, 5, 6, 7, 8),
         score_lr: float = 0.2,
+        delivery_momentum: float = 0.9,
     ) -> None:
         super().__init__(weighting="uniform", reward="none")
+        #: [ours] How slowly a client's delivery record forgets (0 = off: the paper's fixed reputation).
+        self.delivery_momentum = check_number(
+            "delivery_momentum",
+            delivery_momentum,
+            0.0,
+            1.0,
+            high_open=True,
+            hint="0 keeps the paper's reputation; 0.9 (default) lets it fall for clients whose updates are "
+            "missing or rejected",
+        )
         self.contribution_source = check_choice(
             "contributions",
             contributions,
@@ -229,6 +240,9 @@ class SubmodelStrategy(FedAvg):
     def setup(self, info: FederationInfo) -> None:
         """Contributions from the reference accuracies, the validation (sub)set, the frequency table."""
         super().setup(info)
+        #: Each client's delivery record d_i (1 = every update it was asked for arrived and was accepted).
+        self.delivery = np.ones(info.num_clients)
+        self._asked: list[int] = []
         self.units = int(getattr(info.model, "maskable_units", 0))
         if not self.units:
             raise ConfigError(
@@ -259,6 +273,7 @@ class SubmodelStrategy(FedAvg):
             self.with_heads: set[int] = set()
             self.coverage = np.full(info.num_clients, np.nan)
             self.reputation = np.full(info.num_clients, np.nan)
+            self.base_reputation = np.full(info.num_clients, np.nan)
             self.sharpened = np.full(info.num_clients, np.nan)
         if self.candidate_score == "validation":
             self.val_x, self.val_y = validation_subset(info.validation, self.validation_samples, info.rng)
@@ -269,11 +284,28 @@ class SubmodelStrategy(FedAvg):
         self.last_round_info: dict[str, Any] = {}
 
     def set_reputation(self, values: np.ndarray) -> None:
-        """Contributions c (accuracies, or relative evidence): sharpened c^n and the ascending rank order."""
-        self.reputation = np.asarray(values, dtype=np.float64)
+        """Contributions c (accuracies, or relative evidence): sharpened c^n and the ascending rank order; the
+        reputation used is c_i · d_i, the contribution times the client's delivery record."""
+        self.base_reputation = np.asarray(values, dtype=np.float64)
+        self.reputation = self.base_reputation * self.delivery
         self.sharpened = sharpen_contributions(self.reputation, self.sharpness)
         # Ascending contribution, ties by client id; the last is the top contributor (full model).
         self.rank_order = np.argsort(self.reputation, kind="stable")
+
+    def record_deliveries(self, replies: Mapping[int, Reply]) -> None:
+        """[ours] d_i ← m·d_i + (1 − m)·[client i's update arrived and was accepted], for the clients asked
+        this round: a client that crashes, drops out, or sends what the boundary or the guards reject (NaN,
+        noise, ×100) loses reputation — and with it submodel units — while it keeps doing so; honest rounds
+        restore it. The paper's reputation is the standalone accuracy alone, fixed before training
+        (``delivery_momentum = 0``); a run in which every update arrives is the paper's run exactly."""
+        m = self.delivery_momentum
+        if m == 0.0 or not self._asked:
+            return
+        before = self.delivery.copy()
+        for cid in self._asked:  # d + (1 − m)(x − d): a record of full deliveries stays exactly 1
+            self.delivery[cid] += (1.0 - m) * (float(cid in replies) - self.delivery[cid])
+        if not np.array_equal(before, self.delivery) and not np.isnan(self.base_reputation).any():
+            self.set_reputation(self.base_reputation)
 
     def estimating(self, rnd: int) -> bool:
         """Whether round ``rnd`` is one of CELM's estimation rounds (``contributions = "celm"``)."""
@@ -390,6 +422,7 @@ class SubmodelStrategy(FedAvg):
             self.frequency += self.masks[client_ids].sum(0).round().long()
         if rnd % self.snapshot_every == 0 or rnd == self.info.rounds:
             self.snapshots[str(rnd)] = self.frequency.clone()
+        self._asked = list(client_ids)
         weights = self.global_weights()
         if self.estimating(rnd):
             out = head_keeping_instructions(weights, self.backbone_keys, self.with_heads, client_ids)
@@ -401,6 +434,7 @@ class SubmodelStrategy(FedAvg):
 
     def aggregate(self, rnd: int, replies: dict[int, Reply]) -> None:
         """Average each parameter over the clients whose update is non-zero there (methods §3.4 step 4)."""
+        self.record_deliveries(replies)
         if not replies:
             return
         ids = sorted(replies)
@@ -455,12 +489,14 @@ class SubmodelStrategy(FedAvg):
             "masks": self.masks.clone(),
             "snapshots": {k: v.clone() for k, v in self.snapshots.items()},
         }
+        if not np.all(self.delivery == 1.0):  # written once a delivery failed (earlier checkpoints lack it)
+            sd["delivery"] = torch.from_numpy(self.delivery.copy())
         if self.contribution_source == "celm":
             sd["estimate"] = {
                 **self.estimator.state_dict(),
                 "with_heads": sorted(self.with_heads),
                 "coverage": self.coverage.copy(),
-                "reputation": self.reputation.copy(),
+                "reputation": self.base_reputation.copy(),  # before the delivery record
             }
         return sd
 
@@ -469,6 +505,10 @@ class SubmodelStrategy(FedAvg):
         self.frequency = sd["frequency"].clone().to(torch.int64)
         self.masks = sd["masks"].clone().float()
         self.snapshots = {k: v.clone().to(torch.int64) for k, v in sd.get("snapshots", {}).items()}
+        delivery = sd.get("delivery")
+        self.delivery = np.ones(len(self.delivery)) if delivery is None else delivery.double().numpy().copy()
+        if self.contribution_source == "standalone":
+            self.set_reputation(self.base_reputation)
         if self.contribution_source == "celm":
             state = sd["estimate"]
             self.estimator.load_state_dict(state)
@@ -476,7 +516,7 @@ class SubmodelStrategy(FedAvg):
             self.coverage = np.asarray(state["coverage"], dtype=np.float64).copy()
             reputation = np.asarray(state["reputation"], dtype=np.float64)
             if np.isnan(reputation).any():
-                self.reputation = reputation.copy()
+                self.reputation, self.base_reputation = reputation.copy(), reputation.copy()
             else:
                 self.set_reputation(reputation)
 
@@ -489,6 +529,7 @@ class SubmodelStrategy(FedAvg):
                 "contributions": self.contribution_source,
                 "candidate_score": self.candidate_score,
                 "reputation": self.reputation.tolist(),
+                "delivery": self.delivery.tolist(),
                 "sharpened": self.sharpened.tolist(),
                 "mask_sizes": self.masks.sum(1).round().long().tolist(),
                 "units": self.units,
