@@ -116,31 +116,56 @@ def _robustness_run(
     (run / "metrics.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
 
 
-def test_robustness_reads_each_methods_hostile_weight_and_tabulates_the_change_against_clean(tmp_path):
+def test_robustness_reads_the_hostile_weight_tabulates_the_change_and_checks_the_targets(tmp_path):
     from fedhet.studies import robustness
 
     # FedAvg: the hostile client's share of each round's average, mean over rounds: (0.1 + 0.3) / 2 = 0.2;
-    # CELM: its last reported contribution (0.7); FedRAC: its reward accuracy (0.25).
+    # CELM: its last reported contribution (0.7); FedRAC: its reward accuracy (0.25); with f = 3 the three
+    # hostile clients' shares add up: 0.1 + 0.1 + 0.2 = 0.4.
     fedavg_lines = [{"aggregation_weights": {"0": 0.1, "1": 0.9}}, {"aggregation_weights": {"0": 0.3}}]
     celm_lines = [{"contributions": [0.5, 0.5]}, {"contributions": [0.7, 0.3]}, {"accuracy": 0.1}]
+    three = [{"aggregation_weights": {"0": 0.1, "1": 0.1, "2": 0.2, "3": 0.6}}]
     for seed, clean_acc, noisy_acc in ((0, 0.80, 0.50), (1, 0.90, 0.70)):
         _robustness_run(tmp_path / "clean" / "undefended", "fedavg", seed, clean_acc, fedavg_lines)
-        _robustness_run(tmp_path / "noise" / "undefended", "fedavg", seed, noisy_acc, fedavg_lines)
-    _robustness_run(tmp_path / "noise" / "undefended", "celm", 0, 0.4, celm_lines)
-    _robustness_run(tmp_path / "noise" / "undefended", "fedrac", 0, 0.3, [], rewards=[0.25, 0.9])
-    published = tmp_path / "noise" / "undefended"
-    assert robustness.hostile_weight(published / "fedavg-seed0", "fedavg") == pytest.approx(0.2)
-    assert robustness.hostile_weight(published / "celm-seed0", "celm") == pytest.approx(0.7)
-    assert robustness.hostile_weight(published / "fedrac-seed0", "fedrac") == pytest.approx(0.25)
-    rows = {
-        r.split(" | ")[0].strip("| "): r.split(" | ") for r in robustness.table([tmp_path], {}).splitlines()
-    }
-    # FedAvg under noise: mean accuracy 60.0 against the clean 85.0: −25.0 points, weight 0.200
-    assert rows["noise"][1] == "0.200 · 60.0 (-25.0)"
-    assert rows["clean"][1] == "0.200 · 85.0"
-    assert rows["noise"][3] == "0.700 · 40.0"  # CELM has no clean run here: no change shown
-    assert rows["noise"][-2] == "25.0 % · 30.0"  # FedRAC's reward as a percentage
-    assert rows["nan"][1] == "–"  # nothing ran
+        _robustness_run(tmp_path / "noise/f1" / "undefended", "fedavg", seed, noisy_acc, fedavg_lines)
+    _robustness_run(tmp_path / "noise/f1" / "defaults", "celm", 0, 0.4, celm_lines)
+    _robustness_run(tmp_path / "noise/f1" / "defaults", "fedrac", 0, 0.3, [], rewards=[0.25, 0.9])
+    _robustness_run(tmp_path / "noise/f3" / "undefended", "fedavg", 0, 0.6, three)
+    cell = tmp_path / "noise/f1" / "defaults"
+    assert robustness.hostile_weight(tmp_path / "noise/f1/undefended/fedavg-seed0", "fedavg", (0,)) == 0.2
+    assert robustness.hostile_weight(cell / "celm-seed0", "celm", (0,)) == pytest.approx(0.7)
+    assert robustness.hostile_weight(cell / "fedrac-seed0", "fedrac", (0,)) == pytest.approx(0.25)
+    assert robustness.hostile_weight(tmp_path / "noise/f3/undefended/fedavg-seed0", "fedavg", (0, 1, 2)) == (
+        pytest.approx(0.4)
+    )
+    # CELM's hostile client holds the top weight (0.7 against 0.3); FedAvg's does not (0.2 against 0.45)
+    assert robustness._hostile_on_top(cell / "celm-seed0", "celm", (0,))
+    assert not robustness._hostile_on_top(tmp_path / "noise/f1/undefended/fedavg-seed0", "fedavg", (0,))
+    text = robustness.table([tmp_path], {})
+    rows = {r.split(" | ")[0].strip("| "): r.split(" | ") for r in text.splitlines() if r.startswith("| ")}
+    # FedAvg under noise: mean accuracy 60.0 against the clean 85.0: −25.0 points, weight 0.20
+    assert rows["noise/f1"][1] == "0.20 · 60.0 (-25.0)"
+    assert rows["clean"][1] == "85.0"
+    assert rows["noise/f3"][1] == "0.40 · 60.0 (-25.0)"
+    celm, fedrac = list(robustness.COLUMNS).index("CELM") + 1, list(robustness.COLUMNS).index("FedRAC") + 1
+    assert rows["noise/f1"][celm] == "0.70 · 40.0"  # CELM has no clean run here: no change shown
+    assert rows["noise/f1"][fedrac].rstrip(" |") == "25 % · 30.0"  # FedRAC's reward as a percentage
+    assert rows["nan/f1"][1] == "–"  # nothing ran
+    assert "mean of 1 to 2 seeds" in text
+
+
+def test_robustness_targets_are_computed_from_the_defaults_cells(tmp_path):
+    from fedhet.studies import robustness
+
+    ok = [{"aggregation_weights": {"0": 0.05, "1": 0.95}}]
+    _robustness_run(tmp_path / "clean" / "defaults", "fedavg", 0, 0.80, [{"rejected": {"4": "norm"}}, *ok])
+    _robustness_run(tmp_path / "noise/f1" / "defaults", "fedavg", 0, 0.79, ok)  # −1 point: within 2
+    _robustness_run(tmp_path / "noise/f3" / "defaults", "fedavg", 0, 0.70, ok)  # −10 points: beyond 5
+    lines = robustness.targets(robustness.collect(tmp_path))
+    fedavg = next(line for line in lines if "FedAvg, defaults" in line)
+    assert "(2 attacked rows measured)" in fedavg and "noise/f3 −10.0 pts" in fedavg
+    assert "noise/f1" not in fedavg and "honest updates rejected in the clean runs: 1" in fedavg
+    assert any("CELM: not measured" in line for line in lines)
 
 
 def test_every_study_has_a_page_that_exists_and_cells_on_shipped_experiments():
@@ -168,7 +193,8 @@ def test_a_study_runs_at_tiny_scale_tabulates_and_resumes_without_rerunning(tmp_
     tiny = {"train.rounds": 2, "data.max_train_samples": 600, "data.max_test_samples": 200, "eval.every": 1}
     said: list[str] = []
     run_study(study, tmp_path, seeds=1, jobs=1, overrides=tiny, echo=said.append)
-    assert [s.split(":")[0] for s in said] == ["[1/3] free-rider", "[2/3] maverick", "[3/3] faults"]
+    assert [s.split("] ")[1].split(":")[0] for s in said] == ["free-rider", "maverick", "faults"]
+    assert said[0].startswith("[seed 0: 1/3]")
     summaries = sorted(tmp_path.glob("*/*-seed0/summary.json"))
     assert [p.parent.parent.name + "/" + p.parent.name for p in summaries] == [
         "faults/celm-seed0",
@@ -190,15 +216,15 @@ def test_the_study_command_lists_tabulates_draws_and_refuses_clearly(tmp_path, c
 
     assert main(["study"]) == 0
     listed = capsys.readouterr().out
-    assert "robustness: one hostile client" in listed and "6 studies" in listed
+    assert "robustness: hostile clients" in listed and "6 studies" in listed
     # a robustness table and its figure from runs made earlier (here: written by hand)
     lines = [{"aggregation_weights": {"0": 0.1}}]
-    _robustness_run(tmp_path / "runs" / "noise" / "undefended", "fedavg", 0, 0.5, lines)
+    _robustness_run(tmp_path / "runs" / "noise/f1" / "undefended", "fedavg", 0, 0.5, lines)
     _robustness_run(tmp_path / "runs" / "clean" / "undefended", "fedavg", 0, 0.8, lines)
     png = tmp_path / "fig" / "robustness.png"
     assert main(["study", "robustness", "table", str(tmp_path / "runs"), "--figure", str(png)]) == 0
     out = capsys.readouterr().out
-    assert "| noise | 0.100 · 50.0 (-30.0) |" in out and png.stat().st_size > 10_000
+    assert "| noise/f1 | 0.10 · 50.0 (-30.0) |" in out and png.stat().st_size > 10_000
     # an analysis with its own option, and the errors a user can act on
     assert main(["study", "fedrac-causes", "table", str(tmp_path / "none"), "--alpha", "0.3"]) == 2
     assert "does not exist; it reads the runs of `fedhet reproduce" in capsys.readouterr().err

@@ -79,26 +79,56 @@ def run_study(
 ) -> None:
     """Run every cell of ``study`` into ``out`` (finished cells reused), then its ``after_cells``.
 
-    ``overrides`` (dotted keys) apply to every cell after the cell's own, e.g. a smaller scale for a trial.
+    Seed-major: every cell's seed 0, then every cell's seed 1, and so on, so a study stopped part-way has
+    every cell at the seeds it finished (its table says how many). With ``jobs`` > 1, up to ``jobs`` cells
+    run at once, each in a fresh process (one thread each, as the comparisons' workers). ``overrides``
+    (dotted keys) apply to every cell after the cell's own, e.g. a smaller scale for a trial.
     """
-    from fedhet.api import compare
-
     if study.cells is None:
         raise ValueError(f"study {study.name!r} makes no runs; it reads {study.reads}")
     cells = study.cells()
-    for n, cell in enumerate(cells, 1):
-        echo(f"[{n}/{len(cells)}] {cell.path}: {cell.describe()}")
-        compare(
-            cell.config,
-            cell.methods,
-            seeds=range(seeds),
-            overrides={**cell.overrides, **(overrides or {})},
-            method_params=cell.method_params,
-            out=out / cell.path,
-            jobs=jobs,
-        )
+    extra = dict(overrides or {})
+    for upto in range(1, seeds + 1):
+        if jobs <= 1:
+            for n, cell in enumerate(cells, 1):
+                echo(f"[seed {upto - 1}: {n}/{len(cells)}] {cell.path}: {cell.describe()}")
+                run_cell(cell, upto, extra, out)
+            continue
+        import multiprocessing as mp
+        import os
+        from concurrent.futures import as_completed
+
+        from fedhet.comparison import _die_with_parent
+        from fedhet.process_pool import FreshProcessPool
+
+        ctx = mp.get_context("spawn")
+        with FreshProcessPool(jobs, ctx, initializer=_die_with_parent, initargs=(os.getpid(),)) as pool:
+            futures = {pool.submit(run_cell, cell, upto, extra, out): cell for cell in cells}
+            for n, fut in enumerate(as_completed(futures), 1):
+                cell = futures[fut]
+                fut.result()
+                echo(f"[seed {upto - 1}: {n}/{len(cells)} done] {cell.path}: {cell.describe()}")
     if study.after_cells is not None:
         study.after_cells(out, echo)
+
+
+def run_cell(cell: CompareCell, upto: int, overrides: Mapping[str, Any], out: Path) -> str:
+    """One cell's seeds 0..upto-1 (finished ones reused) by :func:`fedhet.compare` into ``out/cell.path``."""
+    import torch
+
+    from fedhet.api import compare
+
+    torch.set_num_threads(1)  # cells run side by side: one thread each (ENVIRONMENT: threads)
+    compare(
+        cell.config,
+        cell.methods,
+        seeds=range(upto),
+        overrides={**cell.overrides, **overrides},
+        method_params=cell.method_params,
+        out=out / cell.path,
+        jobs=1,
+    )
+    return cell.path
 
 
 # -- reading runs ------------------------------------------------------------------------------------------
