@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 from fedhet.data import formats
 from fedhet.data.formats.idx import emnist_stems, find_raw_or_gz
@@ -71,19 +72,30 @@ class _Layout:
     decodes_images: bool = False  # slow to decode: cache the arrays
 
 
+class _Facts(NamedTuple):
+    """The official facts of an image data set, known before reading its files."""
+
+    num_classes: int
+    input_shape: tuple[int, int, int]
+    train_size: int
+    test_size: int
+    mean: tuple[float, ...]  # per channel, to normalise with
+    std: tuple[float, ...]
+
+
 @dataclass(frozen=True)
 class _Spec:
     name: str
     classes: tuple[str, ...] | None  # None: from the files (CIFAR-100 meta, Tiny-ImageNet wnids)
+    url: str
+    layouts: tuple[_Layout, ...]
+    subdirs: tuple[str, ...]
     num_classes: int
     input_shape: tuple[int, int, int]
     train_size: int
     test_size: int
     mean: tuple[float, ...]
     std: tuple[float, ...]
-    url: str
-    layouts: tuple[_Layout, ...]
-    subdirs: tuple[str, ...]
     apt_package: str | None = None
 
 
@@ -169,58 +181,61 @@ def _cifar10_jpg(path: Path) -> formats.Arrays:
     return formats.read_image_folder(path, classes=CIFAR10_CLASSES, mode="RGB")
 
 
+_FACTS: dict[str, _Facts] = {
+    "fashion-mnist": _Facts(10, (1, 28, 28), 60_000, 10_000, (0.286,), (0.353,)),
+    "mnist": _Facts(10, (1, 28, 28), 60_000, 10_000, (0.1307,), (0.3081,)),
+    "emnist": _Facts(62, (1, 28, 28), 697_932, 116_323, (0.1307,), (0.3081,)),
+    "cifar10": _Facts(10, (3, 32, 32), 50_000, 10_000, (0.4914, 0.4822, 0.4465), (0.2023, 0.1994, 0.2010)),
+    "cifar100": _Facts(100, (3, 32, 32), 50_000, 10_000, (0.5071, 0.4865, 0.4409), (0.2673, 0.2564, 0.2762)),
+    "svhn": _Facts(10, (3, 32, 32), 73_257, 26_032, (0.4377, 0.4438, 0.4728), (0.1980, 0.2010, 0.1970)),
+    "cinic10": _Facts(10, (3, 32, 32), 90_000, 90_000, (0.4789, 0.4723, 0.4305), (0.2421, 0.2383, 0.2587)),
+    "tiny-imagenet": _Facts(
+        200, (3, 64, 64), 100_000, 10_000, (0.4802, 0.4481, 0.3975), (0.2770, 0.2691, 0.2821)
+    ),
+}
+
+
+def _spec(
+    name: str,
+    classes: tuple[str, ...] | None,
+    url: str,
+    layouts: tuple[_Layout, ...],
+    subdirs: tuple[str, ...],
+    apt_package: str | None = None,
+) -> _Spec:
+    """The spec of data set ``name``, its official facts taken from ``_FACTS``."""
+    return _Spec(name, classes, url, layouts, subdirs, **_FACTS[name]._asdict(), apt_package=apt_package)
+
+
 def _specs() -> dict[str, _Spec]:
     cifar10_python = lambda p: formats.read_cifar_python(p, "cifar10")  # noqa: E731
     cifar100_python = lambda p: formats.read_cifar_python(p, "cifar100")  # noqa: E731
-    mnist_like = (0.1307,), (0.3081,)
     specs = [
-        _Spec(
+        _spec(
             "fashion-mnist",
             FASHION_MNIST_CLASSES,
-            10,
-            (1, 28, 28),
-            60_000,
-            10_000,
-            (0.286,),
-            (0.353,),
             "https://github.com/zalandoresearch/fashion-mnist (the four *-ubyte.gz files)",
             (_idx_layout("", _IDX_STEMS, 10),),
             ("fashion-mnist", "fashion_mnist", "FashionMNIST/raw"),
             apt_package="dataset-fashion-mnist",
         ),
-        _Spec(
+        _spec(
             "mnist",
             DIGIT_CLASSES,
-            10,
-            (1, 28, 28),
-            60_000,
-            10_000,
-            *mnist_like,
             "http://yann.lecun.com/exdb/mnist/ (the four *-ubyte.gz files)",
             (_idx_layout("", _IDX_STEMS, 10),),
             ("mnist", "MNIST/raw"),
         ),
-        _Spec(
+        _spec(
             "emnist",
             EMNIST_BYCLASS_CLASSES,
-            62,
-            (1, 28, 28),
-            697_932,
-            116_323,
-            *mnist_like,
             "https://www.nist.gov/itl/products-and-services/emnist-dataset (gzip.zip, split 'byclass')",
             _emnist_layouts(),
             ("emnist", "EMNIST/raw"),
         ),
-        _Spec(
+        _spec(
             "cifar10",
             CIFAR10_CLASSES,
-            10,
-            (3, 32, 32),
-            50_000,
-            10_000,
-            (0.4914, 0.4822, 0.4465),
-            (0.2023, 0.1994, 0.2010),
             "https://www.cs.toronto.edu/~kriz/cifar.html (cifar-10-python.tar.gz)",
             (
                 *_archive_layouts(
@@ -239,43 +254,25 @@ def _specs() -> dict[str, _Spec]:
             ),
             ("cifar10", "cifar-10"),
         ),
-        _Spec(
+        _spec(
             "cifar100",
             None,
-            100,
-            (3, 32, 32),
-            50_000,
-            10_000,
-            (0.5071, 0.4865, 0.4409),
-            (0.2673, 0.2564, 0.2762),
             "https://www.cs.toronto.edu/~kriz/cifar.html (cifar-100-python.tar.gz)",
             _archive_layouts(
                 "cifar-100-python.tar.gz", "cifar-100-python", ("train", "test", "meta"), cifar100_python
             ),
             ("cifar100", "cifar-100"),
         ),
-        _Spec(
+        _spec(
             "svhn",
             DIGIT_CLASSES,
-            10,
-            (3, 32, 32),
-            73_257,
-            26_032,
-            (0.4377, 0.4438, 0.4728),
-            (0.1980, 0.2010, 0.1970),
             "http://ufldl.stanford.edu/housenumbers/ (train_32x32.mat, test_32x32.mat)",
             (_svhn_layout(),),
             ("svhn", "SVHN"),
         ),
-        _Spec(
+        _spec(
             "cinic10",
             CIFAR10_CLASSES,
-            10,
-            (3, 32, 32),
-            90_000,
-            90_000,
-            (0.4789, 0.4723, 0.4305),
-            (0.2421, 0.2383, 0.2587),
             "https://datashare.ed.ac.uk/handle/10283/3192 (CINIC-10.tar.gz)",
             _archive_layouts(
                 "CINIC-10.tar.gz",
@@ -286,15 +283,9 @@ def _specs() -> dict[str, _Spec]:
             ),
             ("cinic10", "cinic-10", "CINIC-10"),
         ),
-        _Spec(
+        _spec(
             "tiny-imagenet",
             None,
-            200,
-            (3, 64, 64),
-            100_000,
-            10_000,
-            (0.4802, 0.4481, 0.3975),
-            (0.2770, 0.2691, 0.2821),
             "http://cs231n.stanford.edu/tiny-imagenet-200.zip",
             _archive_layouts(
                 "tiny-imagenet-200.zip",
