@@ -235,27 +235,13 @@ def run(
     per_round = _per_round(
         _bar(progress_bars, f"{cfg.method.name} seed {cfg.seed}", cfg.train.rounds), progress
     )
+    either_engine = dict(strategy=strategy, reference_contributions=reference, progress=per_round)
     if engine == "flower-simulation":
         from fedhet.flower.server import run_flower_simulation
 
-        summary = run_flower_simulation(
-            cfg,
-            run_dir,
-            strategy=strategy,
-            reference_contributions=reference,
-            progress=per_round,
-            overwrite=overwrite,
-        )
+        summary = run_flower_simulation(cfg, run_dir, overwrite=overwrite, **either_engine)
         return RunResult.from_summary(summary)
-    sim = make_simulation(
-        cfg,
-        run_dir=run_dir,
-        progress=per_round,
-        resume=resume,
-        overwrite=overwrite,
-        strategy=strategy,
-        reference_contributions=reference,
-    )
+    sim = make_simulation(cfg, run_dir=run_dir, resume=resume, overwrite=overwrite, **either_engine)
     summary = sim.run()
     return RunResult.from_summary(summary, metrics=[dict(line) for line in sim.history])
 

@@ -10,8 +10,7 @@ identical ``metrics.jsonl``.
 from __future__ import annotations
 
 import logging
-import os
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -33,7 +32,7 @@ from fedhet.engine.protocol import (
     Trainer,
     Transport,
 )
-from fedhet.engine.rounds import RoundListener, RoundLoop
+from fedhet.engine.rounds import RoundLoop
 from fedhet.engine.seeds import derived_rng, derived_torch_generator
 from fedhet.errors import ConfigError
 
@@ -341,24 +340,12 @@ class Simulation(RoundLoop):
         cfg: ExperimentConfig,
         strategy: Strategy,
         *,
-        run_dir: str | os.PathLike | None = None,
         trainer: Trainer | None = None,
-        progress: Callable[..., None] | None = None,
-        resume: bool = False,
-        overwrite: bool = False,
-        reference_contributions: Sequence[float] | np.ndarray | None = None,
-        listeners: Sequence[RoundListener] = (),
+        **kwargs: Any,
     ) -> None:
-        super().__init__(
-            cfg,
-            strategy,
-            run_dir=run_dir,
-            progress=progress,
-            resume=resume,
-            overwrite=overwrite,
-            reference_contributions=reference_contributions,
-            listeners=listeners,
-        )
+        """``trainer``: the clients' (default: the strategy's ``trainer_class``); ``kwargs``: the
+        :class:`~fedhet.engine.rounds.RoundLoop`'s (``run_dir``, ``progress``, ``resume``, ...)."""
+        super().__init__(cfg, strategy, **kwargs)
         self.trainer = trainer if trainer is not None else strategy.trainer_class()
 
     def build_data(self) -> Federation:
