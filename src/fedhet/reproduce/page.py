@@ -243,27 +243,37 @@ def read_page_rows(page: Path, spec: Spec, scale: str) -> PageRows:
     commands = body[fence[0] + 1 : fence[1]] if len(fence) >= 2 else []
     written = next((ln for ln in body if ln.startswith("Page written at commit")), "")
     ran = re.search(r"(Its \d+ runs? .*?took .*?\.)(?: Cells:|$)", written)
-    provenance = f"That page said of the runs it ran: {ran.group(1)}" if ran else ""
     earlier = [ln for ln in body if ln.startswith(KEPT_PARAGRAPH)]
-    named = re.search(r"runs \(rows (.*?)\) took", written)
-    if named:  # a page that kept rows names the rows its own runs measured
-        ran_rows = re.findall(r"`([^`]+)`", named.group(1))
-    else:  # an older page ran every measured row it did not keep
-        kept_earlier = {name for p in earlier for name in re.findall(r"`([^`]+)`", p.split(". ")[0])}
-        ran_rows = [labels[label] for label in table if labels[label] not in kept_earlier]
-    figures = [
-        (m.group(1), m.group(2)) for ln in body if (m := re.fullmatch(r"!\[(.*)\]\((figures/[^)]+)\)", ln))
-    ]
     return PageRows(
         commit=mark.group(3),
         lines=table,
         notes=notes,
         commands=commands,
-        provenance=provenance,
-        ran=ran_rows,
+        provenance=f"That page said of the runs it ran: {ran.group(1)}" if ran else "",
+        ran=_rows_its_runs_measured(written, earlier, table, labels),
         earlier=earlier,
-        figures=figures,
+        figures=_figures(body),
     )
+
+
+def _rows_its_runs_measured(
+    written: str, earlier: list[str], table: dict[str, str], labels: dict[str, str]
+) -> list[str]:
+    """The rows a page's own runs measured, from its "Page written at commit" line ``written``, its
+    paragraphs on rows it had kept (``earlier``) and its table lines (row label -> line)."""
+    named = re.search(r"runs \(rows (.*?)\) took", written)
+    if named:  # a page that kept rows names the rows its own runs measured
+        return re.findall(r"`([^`]+)`", named.group(1))
+    # an older page ran every measured row it did not keep
+    kept_earlier = {name for p in earlier for name in re.findall(r"`([^`]+)`", p.split(". ")[0])}
+    return [labels[label] for label in table if labels[label] not in kept_earlier]
+
+
+def _figures(body: list[str]) -> list[tuple[str, str]]:
+    """A page's figures: (title, path relative to the page) of each image line."""
+    return [
+        (m.group(1), m.group(2)) for ln in body if (m := re.fullmatch(r"!\[(.*)\]\((figures/[^)]+)\)", ln))
+    ]
 
 
 def keep_page_rows(spec: Spec, results: list[dict[str, Any]], kept: PageRows) -> list[dict[str, Any]]:
