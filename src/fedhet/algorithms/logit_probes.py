@@ -26,6 +26,8 @@ from fedhet.models.mlp import stacked_relu_inputs
 
 #: "batched": the fastest batched path for the model; "vmap": the generic vmap path; "loop": the reference.
 PROBE_IMPLS = ("batched", "vmap", "loop")
+#: The weights of M models of one architecture (their state dicts).
+ModelStates = Sequence[Mapping[str, Tensor]]
 
 
 def probe_noise(
@@ -70,13 +72,7 @@ class AdamAscent:
 
 
 def maximize_logits_batched(
-    template: nn.Module,
-    states: Sequence[Mapping[str, Tensor]],
-    noise: Tensor,
-    *,
-    steps: int,
-    lr: float,
-    l2: float,
+    template: nn.Module, states: ModelStates, noise: Tensor, *, steps: int, lr: float, l2: float
 ) -> Tensor:
     """All M models × K classes at once: vmap of ``functional_call`` over the stacked states; each model's
     K probes are one batch. Returns the final logits s_c(x*_{m,c}; w_m) as an (M, K) tensor."""
@@ -96,9 +92,7 @@ def maximize_logits_batched(
         return forward(stacked, x)[:, cls, cls].detach()
 
 
-def stacked_relu_layers(
-    template: nn.Module, states: Sequence[Mapping[str, Tensor]]
-) -> list[tuple[Tensor, Tensor]] | None:
+def stacked_relu_layers(template: nn.Module, states: ModelStates) -> list[tuple[Tensor, Tensor]] | None:
     """(weights (M, out, in), biases (M, out)) of every Linear layer of a model that declares itself a plain
     ReLU stack (``relu_stack_layers()``), hidden layers first and the head last, stacked over ``states``;
     None for any other model."""
@@ -142,13 +136,7 @@ def maximize_logits_mlp(
 
 
 def maximize_logits_loop(
-    template: nn.Module,
-    states: Sequence[Mapping[str, Tensor]],
-    noise: Tensor,
-    *,
-    steps: int,
-    lr: float,
-    l2: float,
+    template: nn.Module, states: ModelStates, noise: Tensor, *, steps: int, lr: float, l2: float
 ) -> Tensor:
     """Reference implementation: one probe at a time, a Python loop over (model, class). Same maths,
     same start points and optimiser as :func:`maximize_logits_batched`."""
@@ -174,7 +162,7 @@ def maximize_logits_loop(
 
 def maximize_class_logits(
     template: nn.Module,
-    states: Sequence[Mapping[str, Tensor]],
+    states: ModelStates,
     input_shape: Sequence[int],
     num_classes: int,
     *,
