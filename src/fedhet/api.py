@@ -21,10 +21,15 @@ import tempfile
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fedhet.config import ExperimentConfig, apply_override, from_dict, load_config
 from fedhet.errors import ConfigError
+
+if TYPE_CHECKING:
+    import numpy as np
+
+    from fedhet.engine.protocol import Strategy
 
 log = logging.getLogger("fedhet")
 
@@ -185,15 +190,7 @@ def run(
     """
     from fedhet.algorithms import build_strategy
     from fedhet.engine.rundir import check_run_dir
-    from fedhet.experiment import (
-        apply_method_defaults,
-        cached_standalone_accuracies,
-        make_simulation,
-        needs_reference,
-        prepass_notice,
-        reference_reason,
-        standalone_accuracies,
-    )
+    from fedhet.experiment import apply_method_defaults, make_simulation
 
     if engine not in ENGINES:
         raise ConfigError(f"engine {engine!r} is not one of {list(ENGINES)}")
@@ -223,15 +220,7 @@ def run(
 
         require_flower()
         check_transport(strategy, "flower")
-    reference = None
-    if needs_reference(cfg, strategy):  # the standalone pre-pass (cached), announced, with its own bar
-        reference = cached_standalone_accuracies(cfg)
-        if reference is None:
-            notify(f"note: {prepass_notice(cfg, reference_reason(cfg, strategy))}")
-            bar = _bar(
-                progress_bars, f"standalone pre-pass seed {cfg.seed} (fairness reference)", cfg.train.rounds
-            )
-            reference = standalone_accuracies(cfg, progress=bar)
+    reference = _standalone_reference(cfg, strategy, notify, progress_bars)
     per_round = _per_round(
         _bar(progress_bars, f"{cfg.method.name} seed {cfg.seed}", cfg.train.rounds), progress
     )
@@ -248,6 +237,34 @@ def run(
 
 def _log_notice(message: str) -> None:
     log.warning("%s", message)
+
+
+def _standalone_reference(
+    cfg: ExperimentConfig,
+    strategy: Strategy,
+    notify: Callable[[str], None],
+    progress_bars: ProgressBars | None,
+) -> np.ndarray | None:
+    """The clients' standalone accuracies where the run needs them (else None): from the cache, or from the
+    standalone pre-pass, announced through ``notify`` and shown with its own progress bar."""
+    from fedhet.experiment import (
+        cached_standalone_accuracies,
+        needs_reference,
+        prepass_notice,
+        reference_reason,
+        standalone_accuracies,
+    )
+
+    if not needs_reference(cfg, strategy):
+        return None
+    reference = cached_standalone_accuracies(cfg)
+    if reference is None:
+        notify(f"note: {prepass_notice(cfg, reference_reason(cfg, strategy))}")
+        bar = _bar(
+            progress_bars, f"standalone pre-pass seed {cfg.seed} (fairness reference)", cfg.train.rounds
+        )
+        reference = standalone_accuracies(cfg, progress=bar)
+    return reference
 
 
 def _bar(progress_bars: ProgressBars | None, description: str, total: int) -> Callable[..., None] | None:
