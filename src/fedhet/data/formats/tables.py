@@ -39,16 +39,17 @@ Columns = dict[str, np.ndarray]
 
 @dataclass(frozen=True, eq=False)
 class EncodedTable:
-    """A train/test pair of encoded tables: float32 features, int64 labels, names, sites."""
+    """A train/test pair of encoded tables: each split's float32 features and int64 labels (and each training
+    row's site, an index into ``sites``, or None), then the names of the classes, features and sites."""
 
     train_x: np.ndarray
     train_y: np.ndarray
+    train_sites: np.ndarray | None
     test_x: np.ndarray
     test_y: np.ndarray
     classes: tuple[str, ...]
     feature_names: tuple[str, ...]
-    numeric: tuple[bool, ...]
-    train_sites: np.ndarray | None
+    numeric: tuple[bool, ...]  # which features are standardised (numeric), not one-hot
     sites: tuple[str, ...]
 
 
