@@ -1,5 +1,6 @@
-"""Ctrl-C: a real ``fedhet run`` / ``fedhet compare`` process stops at once on SIGINT with exit code 130, one
-line naming the round and the command that resumes it, no traceback; that command then finishes the run."""
+"""Ctrl-C: a real ``fedhet run`` / ``fedhet compare`` process, on SIGINT, finishes the round in progress,
+saves it and stops with exit code 130 and one line naming the round and the command that resumes it, no
+traceback; that command then finishes the run. A second SIGINT stops at once."""
 
 from __future__ import annotations
 
@@ -32,15 +33,25 @@ def _fedhet(args: list[str], env: dict[str, str]) -> subprocess.Popen:
     )
 
 
-def _interrupt_after(proc: subprocess.Popen, marker: Path) -> tuple[str, str]:
-    """SIGINT ``proc`` once ``marker`` exists (a checkpoint written); its stdout and stderr."""
+def _wait_for(proc: subprocess.Popen, ready) -> None:
     deadline = time.monotonic() + LIMIT_S
-    while not marker.exists():
+    while not ready():
         assert proc.poll() is None, proc.communicate()
-        assert time.monotonic() < deadline, "no checkpoint in time"
+        assert time.monotonic() < deadline, "the run did not get there in time"
+        time.sleep(0.02)
+
+
+def _interrupt_after(proc: subprocess.Popen, marker: Path, times: int = 1) -> tuple[str, str]:
+    """SIGINT ``proc`` (``times`` times, 0.05 s apart) once ``marker`` exists; its stdout and stderr."""
+    _wait_for(proc, marker.exists)
+    for _ in range(times):
+        os.kill(proc.pid, signal.SIGINT)
         time.sleep(0.05)
-    os.kill(proc.pid, signal.SIGINT)
     return proc.communicate(timeout=LIMIT_S)
+
+
+def _rounds(run: Path) -> list[int]:
+    return [json.loads(ln)["round"] for ln in (run / "metrics.jsonl").read_text().splitlines()]
 
 
 @pytest.fixture
@@ -48,16 +59,25 @@ def env(tmp_path):
     return {**os.environ, "FEDHET_CACHE": str(tmp_path / "cache"), "COLUMNS": "200"}
 
 
-def test_ctrl_c_stops_fedhet_run_cleanly_and_the_printed_command_resumes_it(tmp_path, env):
+def test_ctrl_c_finishes_the_round_saves_it_and_the_printed_command_resumes_without_loss(tmp_path, env):
     out = tmp_path / "run"
-    proc = _fedhet(["run", *TINY, "--rounds", "20", "--out", str(out)], env)
+    # checkpoints every 10 rounds: the round Ctrl-C stops after is saved all the same
+    args = ["run", *TINY, "--rounds", "20", "--out", str(out), "--set", "eval.checkpoint_every=10"]
+    proc = _fedhet(args, env)
     try:
-        _, err = _interrupt_after(proc, out / "checkpoints" / "round_00002")
+        _wait_for(proc, lambda: (out / "metrics.jsonl").exists() and len(_rounds(out)) >= 2)
+        os.kill(proc.pid, signal.SIGINT)
+        _, err = proc.communicate(timeout=LIMIT_S)
         assert proc.returncode == 130, err
-        assert "Traceback" not in err
+        assert "Traceback" not in err and "stopping after the round in progress" in err
         [line] = [ln for ln in err.splitlines() if "interrupted" in ln]
-        assert line.startswith("fedhet: interrupted at round ")
-        assert f"— resume with: fedhet run --resume {out}" in line
+        last = _rounds(out)[-1]
+        assert 2 <= last < 10  # stopped before any scheduled checkpoint
+        assert line.startswith(
+            f"fedhet: interrupted after round {last} — resume with: fedhet run --resume {out}"
+        )
+        assert line.endswith(f"(it continues after round {last}, the last checkpoint)")
+        assert (out / "checkpoints" / f"round_{last:05d}").is_dir()
         assert not (out / "summary.json").exists()
         resume = shlex.split(line.split("resume with: ")[1].split(" (")[0])
         assert resume == ["fedhet", "run", "--resume", str(out)]
@@ -68,10 +88,25 @@ def test_ctrl_c_stops_fedhet_run_cleanly_and_the_printed_command_resumes_it(tmp_
             if done.poll() is None:
                 done.kill()
         assert done.returncode == 0, err
-        summary = json.loads((out / "summary.json").read_text())
-        assert summary["rounds"] == 20
-        rounds = [json.loads(ln)["round"] for ln in (out / "metrics.jsonl").read_text().splitlines()]
-        assert rounds == list(range(1, 21))
+        assert json.loads((out / "summary.json").read_text())["rounds"] == 20
+        assert _rounds(out) == list(range(1, 21))  # no round lost, none repeated
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(timeout=10)
+
+
+def test_a_second_ctrl_c_stops_at_once(tmp_path, env):
+    out = tmp_path / "run"
+    # rounds of 10 local epochs (seconds each): both signals, 0.05 s apart, land within one round
+    slow = ["--set", "train.local_epochs=10"]
+    proc = _fedhet(["run", *TINY, *slow, "--rounds", "400", "--out", str(out)], env)
+    try:
+        _, err = _interrupt_after(proc, out / "checkpoints" / "round_00002", times=2)
+        assert proc.returncode == 130, err
+        assert "Traceback" not in err
+        [line] = [ln for ln in err.splitlines() if "interrupted" in ln]
+        assert line.startswith("fedhet: interrupted at round ") and "resume with: fedhet run --resume" in line
     finally:
         if proc.poll() is None:
             proc.kill()
@@ -87,7 +122,9 @@ def test_ctrl_c_stops_fedhet_compare_and_the_same_command_with_its_out_resumes(t
         assert proc.returncode == 130, err
         assert "Traceback" not in err
         [line] = [ln for ln in err.splitlines() if "interrupted" in ln]
-        assert line.startswith("fedhet: interrupted at round ") and "— resume with: fedhet compare " in line
+        assert (
+            line.startswith("fedhet: interrupted after round ") and "— resume with: fedhet compare " in line
+        )
         resume = shlex.split(line.split("resume with: ")[1].split(" (")[0])
         assert resume[-2:] == ["--out", str(out)]
         done = _fedhet(resume[1:], env)

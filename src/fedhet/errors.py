@@ -57,12 +57,16 @@ class RunInterrupted(KeyboardInterrupt):
     rounds after it exactly.
     """
 
-    def __init__(self, round: int, checkpoint_round: int | None, run_dir: object = None) -> None:
-        super().__init__(f"interrupted at round {round}")
+    def __init__(
+        self, round: int, checkpoint_round: int | None, run_dir: object = None, completed: bool = False
+    ) -> None:
+        super().__init__(f"interrupted {'after' if completed else 'at'} round {round}")
         self.round, self.checkpoint_round, self.run_dir = round, checkpoint_round, run_dir
+        #: True when the run stopped after finishing (and saving) round ``round``; False: during it
+        self.completed = completed
 
     def __reduce__(self):  # across a worker process's pipe, with its fields
-        return (type(self), (self.round, self.checkpoint_round, self.run_dir))
+        return (type(self), (self.round, self.checkpoint_round, self.run_dir, self.completed))
 
 
 # --------------------------------------------------------------------------------------------------------

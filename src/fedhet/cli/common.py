@@ -100,6 +100,8 @@ def interrupted_line(exc: BaseException, resume_command: str | None) -> str:
     """The one line a command prints when Ctrl-C stops it: where, and the command that continues."""
     rnd = getattr(exc, "round", None)
     where = f"at round {rnd}" if rnd is not None else "before its first round ended"
+    if rnd is not None and getattr(exc, "completed", False):
+        where = f"after round {rnd}"
     line = f"interrupted {where}"
     if resume_command:
         line += f" — resume with: {resume_command}"

@@ -21,6 +21,9 @@ import json
 import logging
 import math
 import os
+import signal
+import sys
+import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict
@@ -88,6 +91,37 @@ class RoundListener:
 # --------------------------------------------------------------------------------------------------------
 # The loop
 # --------------------------------------------------------------------------------------------------------
+class StopAfterRound:
+    """Within the ``with`` block (in the main thread), a first Ctrl-C (SIGINT) only sets ``requested`` and
+    says so; a second one raises KeyboardInterrupt at once. Elsewhere (a Flower ServerApp's thread) Ctrl-C
+    keeps its default behaviour."""
+
+    def __init__(self) -> None:
+        self.requested = False
+        self._previous: Any = None
+
+    def __enter__(self) -> StopAfterRound:
+        if threading.current_thread() is threading.main_thread() and signal.getsignal(signal.SIGINT) is (
+            signal.default_int_handler
+        ):
+            self._previous = signal.signal(signal.SIGINT, self._first)
+        return self
+
+    def _first(self, signum: int, frame: Any) -> None:
+        self.requested = True
+        signal.signal(signal.SIGINT, signal.default_int_handler)  # the next Ctrl-C stops at once
+        print(
+            "fedhet: stopping after the round in progress (it is saved, nothing is lost); Ctrl-C again to "
+            "stop at once",
+            file=sys.stderr,
+            flush=True,
+        )
+
+    def __exit__(self, *exc: Any) -> None:
+        if self._previous is not None:
+            signal.signal(signal.SIGINT, self._previous)
+
+
 class RoundLoop:
     """The server side of one experiment: ``RoundLoop(cfg, strategy, ...).run()`` returns the summary.
 
@@ -435,12 +469,18 @@ class RoundLoop:
     def _train_rounds(self) -> None:
         """Rounds start_round..rounds: train, evaluate, record (metrics.jsonl), checkpoint, tell listeners.
 
-        Ctrl-C stops the run at once with :class:`RunInterrupted` (the round it came in and the last
-        checkpoint); the round in progress is lost and resuming repeats the rounds after the checkpoint."""
+        A first Ctrl-C lets the round in progress finish, saves it (a checkpoint of that round) and stops with
+        :class:`RunInterrupted`; a resumed run continues after it, losing nothing. A second Ctrl-C stops at
+        once: the round in progress is lost and resuming repeats the rounds after the last checkpoint."""
         rnd = self.start_round
         try:
-            for rnd in range(self.start_round, self.cfg.train.rounds + 1):
-                self._one_round(rnd)
+            with StopAfterRound() as stop:
+                for rnd in range(self.start_round, self.cfg.train.rounds + 1):
+                    self._one_round(rnd)
+                    if stop.requested and rnd < self.cfg.train.rounds:
+                        if getattr(self, "checkpoint_round", None) != rnd:
+                            self.save(rnd)
+                        raise RunInterrupted(rnd, getattr(self, "checkpoint_round", None), self.run_dir, True)
         except RunInterrupted:
             raise
         except KeyboardInterrupt:
