@@ -76,14 +76,30 @@ def _pair(pred: ArrayLike, target: ArrayLike) -> tuple[np.ndarray, np.ndarray]:
     """Predicted and true labels as equal-length, non-empty int64 arrays."""
     pred_labels = _labels(pred, "pred")
     target_labels = _labels(target, "target")
-    if pred_labels.shape != target_labels.shape:
-        raise ConfigError(
-            f"pred has {pred_labels.shape[0]} samples but target has {target_labels.shape[0]}; "
-            "pass one prediction per target"
-        )
-    if pred_labels.size == 0:
-        raise ConfigError("pred and target are empty; metrics need at least one sample")
+    _check_paired(
+        ("pred", pred_labels),
+        ("target", target_labels),
+        "samples",
+        mismatch_fix="pass one prediction per target",
+        empty_fix="metrics need at least one sample",
+    )
     return pred_labels, target_labels
+
+
+def _check_paired(
+    named_a: tuple[str, np.ndarray],
+    named_b: tuple[str, np.ndarray],
+    unit: str,
+    *,
+    mismatch_fix: str,
+    empty_fix: str,
+) -> None:
+    """Raise a ConfigError unless the two named 1-D arrays have the same length, and it is not zero."""
+    (first, a), (second, b) = named_a, named_b
+    if a.shape != b.shape:
+        raise ConfigError(f"{first} has {a.shape[0]} {unit} but {second} has {b.shape[0]}; {mismatch_fix}")
+    if a.size == 0:
+        raise ConfigError(f"{first} and {second} are empty; {empty_fix}")
 
 
 def _check_num_classes(num_classes: int, *label_arrays: np.ndarray) -> int:
@@ -113,12 +129,8 @@ def _client_pair(standalone: ArrayLike, rewards: ArrayLike) -> tuple[np.ndarray,
     """Standalone and reward accuracies as equal-length, non-empty, finite vectors."""
     s = _vector(standalone, "standalone")
     a = _vector(rewards, "rewards")
-    if s.shape != a.shape:
-        raise ConfigError(
-            f"standalone has {s.shape[0]} clients but rewards has {a.shape[0]}; pass one value per client"
-        )
-    if s.size == 0:
-        raise ConfigError("standalone and rewards are empty; pass one value per client")
+    one_each = "pass one value per client"
+    _check_paired(("standalone", s), ("rewards", a), "clients", mismatch_fix=one_each, empty_fix=one_each)
     if not (np.all(np.isfinite(s)) and np.all(np.isfinite(a))):
         raise ConfigError("standalone and rewards must be finite; found NaN or inf")
     return s, a
