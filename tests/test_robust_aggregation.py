@@ -215,3 +215,41 @@ def test_the_direction_guard_rejects_sign_flip_and_ipm_and_spares_the_honest():
         assert min(honest) > 0.3  # measured 0.53..0.75 on this IID split
     unguarded = fedhet.run(cfg)  # off by default: nothing is rejected, nothing measured
     assert all("rejected" not in line and "update_cosines" not in line for line in unguarded.metrics)
+
+
+# --------------------------------------------------------------------------------------------------------
+# The anchor: Flower's own aggregation functions (FedMedian, FedTrimmedAvg, (Multi)Krum) on the same replies
+# --------------------------------------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    "settings",
+    [
+        {"rule": "median"},
+        {"rule": "trimmed-mean", "beta": 0.25},
+        {"rule": "krum", "num_malicious_nodes": 2},
+        {"rule": "multi-krum", "num_malicious_nodes": 1, "num_nodes_to_select": 4},
+    ],
+)
+def test_each_rule_matches_flowers_implementation_on_the_same_replies(settings):
+    aggregate = pytest.importorskip("flwr.server.strategy.aggregate")
+    import numpy as np
+
+    from fedhet.algorithms.robust_aggregation import robust_average
+
+    gen = np.random.default_rng(7)
+    shapes = {"w": (4, 3), "b": (4,)}
+    models = [{k: gen.normal(size=s) * (1 + 30 * (i == 5)) for k, s in shapes.items()} for i in range(8)]
+    sizes = [int(n) for n in gen.integers(5, 50, size=8)]
+    results = [([m["w"], m["b"]], n) for m, n in zip(models, sizes, strict=True)]
+    rule = settings["rule"]
+    if rule == "median":
+        expected = aggregate.aggregate_median(results)
+    elif rule == "trimmed-mean":
+        expected = aggregate.aggregate_trimmed_avg(results, settings["beta"])
+    else:
+        keep = 0 if rule == "krum" else settings["num_nodes_to_select"]
+        expected = aggregate.aggregate_krum(results, settings["num_malicious_nodes"], keep)
+    states = [{k: torch.tensor(v, dtype=torch.float64) for k, v in m.items()} for m in models]
+    got, _ = robust_average(states, sizes, settings)
+    # float64 on both sides; the two sum in different orders, so equal to rounding, not bit for bit
+    assert np.allclose(got["w"].numpy(), expected[0], rtol=1e-12, atol=1e-12)
+    assert np.allclose(got["b"].numpy(), expected[1], rtol=1e-12, atol=1e-12)
