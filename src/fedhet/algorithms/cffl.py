@@ -61,7 +61,7 @@ from fedhet.algorithms.own_model import (
     topk_per_layer,
     weighted_sum,
 )
-from fedhet.algorithms.params import check_choice, check_flag, check_number
+from fedhet.algorithms.params import check_choice, check_flag, check_number, check_positive
 from fedhet.engine.evaluation import accuracy_of
 from fedhet.engine.protocol import FederationInfo, Reply, Weights
 
@@ -143,14 +143,8 @@ class CFFL(OwnModelStrategy):
             update_clip = update_clip or None
         self.update_clip = update_clip
         self.largest_criterion = check_choice("largest_criterion", largest_criterion, UPLOAD_CRITERIA)
-        self.reputation_sharpness = check_number(
-            "reputation_sharpness",
-            reputation_sharpness,
-            0.0,
-            float("inf"),
-            low_open=True,
-            high_open=True,
-            hint="α of r ← sinh(α r); the paper uses 5",
+        self.reputation_sharpness = check_positive(
+            "reputation_sharpness", reputation_sharpness, hint="α of r ← sinh(α r); the paper uses 5"
         )
         self.alpha_decay = check_flag("alpha_decay", alpha_decay)
         self.class_imbalance = check_flag("class_imbalance", class_imbalance)

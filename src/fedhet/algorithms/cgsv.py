@@ -47,7 +47,7 @@ from fedhet.algorithms.own_model import (
     topk_per_layer,
     weighted_sum,
 )
-from fedhet.algorithms.params import check_choice, check_flag, check_number
+from fedhet.algorithms.params import check_choice, check_flag, check_number, check_positive
 from fedhet.engine.protocol import FederationInfo, Reply, Weights
 
 NORMALIZATIONS = ("scale", "clip")
@@ -96,14 +96,8 @@ class CGSV(OwnModelStrategy):
         protocol: str = "own-model",
     ) -> None:
         super().__init__(protocol=protocol)
-        self.update_norm = check_number(
-            "update_norm",
-            update_norm,
-            0.0,
-            float("inf"),
-            low_open=True,
-            high_open=True,
-            hint="Γ, the norm of every normalised update (0.15 CIFAR, 0.5 MNIST)",
+        self.update_norm = check_positive(
+            "update_norm", update_norm, hint="Γ, the norm of every normalised update (0.15 CIFAR, 0.5 MNIST)"
         )
         self.reputation_momentum = check_number(
             "reputation_momentum",

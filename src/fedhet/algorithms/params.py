@@ -45,6 +45,11 @@ def check_number(
     return float(value)
 
 
+def check_positive(name: str, value: Any, *, hint: str = "") -> float:
+    """``value`` as a float in (0, inf): a positive, finite number."""
+    return check_number(name, value, 0.0, math.inf, low_open=True, high_open=True, hint=hint)
+
+
 def check_integer(
     name: str, value: Any, low: int | None = None, high: int | None = None, *, hint: str = ""
 ) -> int:

@@ -47,7 +47,7 @@ import torch
 from torch import Tensor
 
 from fedhet.algorithms.own_model import OwnModelStrategy, weighted_sum
-from fedhet.algorithms.params import check_choice, check_integer, check_number
+from fedhet.algorithms.params import check_choice, check_integer, check_number, check_positive
 from fedhet.engine.protocol import FederationInfo, Reply, Weights
 from fedhet.errors import ConfigError
 
@@ -187,9 +187,7 @@ class ShapFed(OwnModelStrategy):
         self.permutations = check_integer("permutations", permutations, 1)
         self.max_exact_clients = check_integer("max_exact_clients", max_exact_clients, 1, 20)
         if first_round_epochs is not None:
-            first_round_epochs = check_number(
-                "first_round_epochs", first_round_epochs, 0.0, float("inf"), low_open=True, high_open=True
-            )
+            first_round_epochs = check_positive("first_round_epochs", first_round_epochs)
         self.first_round_epochs = first_round_epochs
 
     def setup(self, info: FederationInfo) -> None:
