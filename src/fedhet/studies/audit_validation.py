@@ -78,8 +78,8 @@ def table(dirs: list[Path], options: Mapping[str, Any]) -> str:
 
 
 STUDY = Study(
-    "audit-validation",
-    "the audit's flags (free rider, maverick, faults) against the simulation's ground truth",
+    name="audit-validation",
+    title="the audit's flags (free rider, maverick, faults) against the simulation's ground truth",
     page="docs/audit.md",
     default_out="runs/audit-validation",
     default_seeds=5,

@@ -104,8 +104,8 @@ def table(dirs: list[Path], options: Mapping[str, Any]) -> str:
 
 
 STUDY = Study(
-    "celm-table1-causes",
-    "the facts behind CELM Table 1's gaps (CELM − FedAvg per seed, CFFL/CGSV/ShapFed collapse)",
+    name="celm-table1-causes",
+    title="the facts behind CELM Table 1's gaps (CELM − FedAvg per seed, CFFL/CGSV/ShapFed collapse)",
     page="docs/results/celm-table1-fmnist.md",
     default_out="runs/reproduce/celm-table1-fmnist-full",
     table=table,

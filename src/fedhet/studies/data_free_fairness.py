@@ -236,8 +236,8 @@ def calibrate(checkpoints: list[Path], options: Mapping[str, Any]) -> str:
 
 
 STUDY = Study(
-    "data-free-fairness",
-    "data-free FedRAC (CELM evidence, probe scores) against the paper's FedRAC on Fashion-MNIST",
+    name="data-free-fairness",
+    title="data-free FedRAC (CELM evidence, probe scores) against the paper's FedRAC on Fashion-MNIST",
     page="docs/data-free-fairness.md",
     default_out="runs/data-free",
     cells=cells,

@@ -139,8 +139,8 @@ def table(dirs: list[Path], options: Mapping[str, Any]) -> str:
 
 
 STUDY = Study(
-    "fedrac-causes",
-    "the measured facts behind FedRAC's result pages (fairness best/final/last 100, BCF classes, ties)",
+    name="fedrac-causes",
+    title="the measured facts behind FedRAC's result pages (fairness best/final/last 100, BCF classes, ties)",
     page="docs/results/fedrac-fairness-substitute.md",
     default_out="runs/reproduce/fedrac-fmnist-full",
     table=table,

@@ -69,8 +69,8 @@ def figure(dirs: list[Path], path: Path, options: Mapping[str, Any]) -> Path:
 
 
 STUDY = Study(
-    "gated-fssl",
-    "the gated FSSL protocol's validity gates and ordering, per compare directory",
+    name="gated-fssl",
+    title="the gated FSSL protocol's validity gates and ordering, per compare directory",
     page="docs/proxyfl.md",
     default_out="runs/proxyfl-gated/b",
     table=table,
