@@ -92,6 +92,10 @@ def tiny_config(method: str) -> ExperimentConfig:
         cfg.model.name, cfg.model.params = "mlp200", {"hidden_size": 12}
         cfg.method.params = {"candidate_step": 4, "candidate_step_late": 4}
         cfg.eval.fairness = "auto"
+    if method == "fedavg-table":  # a table: federated standardisation on every node, tabular-mlp
+        cfg.method.name = "fedavg"
+        cfg.data.dataset, cfg.data.max_train_samples, cfg.data.max_test_samples = "wine", None, None
+        cfg.model.name = "tabular-mlp"
     if method == "proxyfl":  # the prior in the payload, GPT on the server, a ResNet with BatchNorm
         cfg.data.split, cfg.data.split_params = "labeled-unlabeled", {"labeled_per_class": 10, "alpha": 0.5}
         cfg.model.name, cfg.model.params = "resnet8", {"width": 2}
@@ -101,7 +105,7 @@ def tiny_config(method: str) -> ExperimentConfig:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("method", ["fedavg", "celm", "fedrac", "proxyfl"])
+@pytest.mark.parametrize("method", ["fedavg", "celm", "fedrac", "proxyfl", "fedavg-table"])
 def test_flower_simulation_gives_the_embedded_engines_results_bit_for_bit(tmp_path, method):
     cfg = tiny_config(method)
     flower = run_flower_simulation(cfg, tmp_path / "flower")
@@ -197,6 +201,24 @@ def test_a_nodes_own_data_is_read_and_validated(tmp_path):
     np.savez(tmp_path / "npz" / "bad.npz", x_train=images)
     with pytest.raises(DataError, match="holds 2 .npz files"):
         load_local_data(tmp_path / "npz", channels=1)
+
+
+def test_a_nodes_own_table_rows_are_standardised_with_the_runs_statistics(tmp_path):
+    from fedhet.flower.client import _local_client_data
+
+    rows = np.array([[1.0, 200.0], [3.0, 100.0], [5.0, 400.0]])  # kept as float32, not quantised
+    (tmp_path / "site").mkdir()
+    np.savez(tmp_path / "site" / "rows.npz", x_train=rows, y_train=np.array([0, 1, 0]))
+    run = {"mean": [3.0, 250.0], "std": [2.0, 50.0]}
+    for raw in (False, True):  # the semi-supervised trainers augment standardised rows (identity normalize)
+        data, named = _local_client_data(
+            str(tmp_path / "site"), 0, ["a", "b"], (2,), run, raw, torch.device("cpu")
+        )
+        expected = (rows - np.array(run["mean"])) / np.array(run["std"])  # by hand: (1-3)/2 = -1, ...
+        assert np.allclose(data.inputs.numpy(), expected, atol=1e-6) and not named
+        assert raw == (data.normalize is not None)
+    with pytest.raises(DataError, match=r"rows have features \(2,\) but the run's model takes \(3,\)"):
+        _local_client_data(str(tmp_path / "site"), 0, ["a", "b"], (3,), run, False, torch.device("cpu"))
 
 
 # -- a real deployment on loopback ---------------------------------------------------------------------------
