@@ -18,12 +18,8 @@ from fedhet.config import from_dict
 from fedhet.data import from_arrays, load_dataset
 from fedhet.data.augment import Augmenter
 from fedhet.data.augment.tabular import strong_rows, weak_rows
-from fedhet.data.datasets.tables import (
-    client_feature_statistics,
-    combine_feature_statistics,
-    from_table,
-    load_table_files,
-)
+from fedhet.data.datasets.standardization import client_feature_statistics, combine_feature_statistics
+from fedhet.data.datasets.tables import from_table, load_table_files
 from fedhet.data.formats.tables import encode_table
 from fedhet.engine.simulation import build_federation
 from fedhet.errors import ConfigError, DataError, FedhetError

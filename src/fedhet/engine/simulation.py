@@ -187,7 +187,7 @@ def build_federation(cfg: ExperimentConfig, device: torch.device, raw_inputs: bo
 def federated_standardization(ds: Any, pool: np.ndarray, partition: Any) -> Any:
     """A table normalised with statistics the server aggregates from each client's report on its own rows
     (count, sums, sums of squares: ``fedhet.data.datasets.tables``), as a deployment would compute them."""
-    from fedhet.data.datasets.tables import client_feature_statistics, combine_feature_statistics
+    from fedhet.data.datasets.standardization import client_feature_statistics, combine_feature_statistics
 
     rows = ds.train_x.numpy()
     reports = []

@@ -205,7 +205,7 @@ def input_stats(inputs: np.ndarray) -> tuple[tuple[float, ...], tuple[float, ...
     """Normalisation statistics of a train split: per channel for images, per feature for table rows (the
     clients' aggregated reports replace the latter in a federation: ``fedhet.data.datasets.tables``)."""
     if inputs.ndim == 2:
-        from fedhet.data.datasets.tables import client_feature_statistics, combine_feature_statistics
+        from fedhet.data.datasets.standardization import client_feature_statistics, combine_feature_statistics
 
         return combine_feature_statistics([client_feature_statistics(inputs)], [True] * inputs.shape[1])
     return _channel_stats(inputs)
