@@ -182,8 +182,9 @@ class AggregationConfig:
 
     ``mean`` is each method's own weighted average (FedAvg's sample counts, CELM's contributions); the
     robust rules replace it for methods that average client models (FedAvg, FedProx, FedRS, CELM, the
-    semi-supervised ones); Krum, Multi-Krum and centered clipping keep the method's weights, the median and
-    the trimmed mean weigh every model alike.
+    semi-supervised ones) and inside the weighted sums of CGSV, CFFL, IAFL and ShapFed; Krum, Multi-Krum and
+    centered clipping keep the method's weights, the median and the trimmed mean weigh every model alike.
+    FedRAC, FedSAC and Standalone refuse them.
     """
 
     rule: str = "mean"

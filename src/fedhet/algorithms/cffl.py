@@ -59,7 +59,6 @@ from fedhet.algorithms.own_model import (
     count_entries,
     topk_global,
     topk_per_layer,
-    weighted_sum,
 )
 from fedhet.algorithms.params import check_choice, check_flag, check_number, check_positive
 from fedhet.engine.evaluation import accuracy_of
@@ -244,9 +243,7 @@ class CFFL(OwnModelStrategy):
         # 4. aggregate the reputable uploads
         members = [c for c in ids if c in self.reputable]
         if members:
-            aggregate = weighted_sum(
-                [updates[c] for c in members], self.aggregation_weights_[members], self.float_keys
-            )
+            aggregate = self.combine([updates[c] for c in members], self.aggregation_weights_[members])
         else:
             aggregate = self.zero_update()
         self.apply_to_global(aggregate)

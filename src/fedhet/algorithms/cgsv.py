@@ -45,7 +45,6 @@ from fedhet.algorithms.own_model import (
     flatten,
     normalise_update,
     topk_per_layer,
-    weighted_sum,
 )
 from fedhet.algorithms.params import check_choice, check_flag, check_number, check_positive
 from fedhet.engine.protocol import FederationInfo, Reply, Weights
@@ -144,7 +143,7 @@ class CGSV(OwnModelStrategy):
         else:
             w = self.reputations[ids]
         w = w / w.sum() if w.sum() > 0 else np.full(len(ids), 1.0 / len(ids))
-        u = weighted_sum(normed, w, self.float_keys)
+        u = self.combine(normed, w)
         self.apply_to_global(u)
         flat_u = flatten(u, self.param_keys)
         psi = np.zeros(self.info.num_clients)

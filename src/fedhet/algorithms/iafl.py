@@ -32,7 +32,7 @@ from typing import Any
 
 import numpy as np
 
-from fedhet.algorithms.own_model import OwnModelStrategy, weighted_sum
+from fedhet.algorithms.own_model import OwnModelStrategy
 from fedhet.algorithms.params import check_choice, check_number
 from fedhet.engine.protocol import FederationInfo, Reply, Weights
 from fedhet.errors import ConfigError
@@ -133,9 +133,7 @@ class IAFL(OwnModelStrategy):
             self.apply_to_global(self._average(updates, top_set))
 
     def _average(self, updates: dict[int, Weights], members: Sequence[int]) -> Weights:
-        return weighted_sum(
-            [updates[j] for j in members], [1.0 / len(members)] * len(members), self.float_keys
-        )
+        return self.combine([updates[j] for j in members], [1.0 / len(members)] * len(members))
 
     def contributions(self) -> np.ndarray | None:
         """The contributions p normalised to sum 1 (data shares by default)."""

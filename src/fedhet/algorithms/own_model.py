@@ -45,6 +45,7 @@ from torch import Tensor, nn
 
 from fedhet.algorithms.fedavg import FedAvg, SGDTrainer
 from fedhet.algorithms.params import check_choice
+from fedhet.algorithms.robust_aggregation import robust_average
 from fedhet.engine.protocol import KEEP_KEY, FederationInfo, Instruction, LocalUpdate, Reply, Weights
 from fedhet.engine.weights import clone_weights
 
@@ -283,7 +284,8 @@ class OwnModelStrategy(FedAvg):
     descriptions.
     """
 
-    supports_aggregation_rules = False  # its server step combines updates its own way (reputations, rewards)
+    # [aggregation]'s rules replace the weighted mean inside the method's own combinations (combine)
+    supports_aggregation_rules = True
 
     trainer_class = OwnModelTrainer
     #: Rewards are these methods' result: fairness is measured unless eval.fairness = false.
@@ -424,6 +426,24 @@ class OwnModelStrategy(FedAvg):
 
     def zero_update(self) -> Weights:
         return zeros_like_update(self.model.state_dict())
+
+    def combine(
+        self, items: Sequence[Mapping[str, Tensor]], weights: Iterable[float], center: Weights | None = None
+    ) -> Weights:
+        """Σ_i w_i·x_i over the float keys (:func:`weighted_sum`, the method's own combination), or, under a
+        robust ``[aggregation]`` rule, (Σ_i w_i) · rule(x; w): the rule replaces the weighted mean inside the
+        sum, keeping the method's weights and their total. ``center`` is where centered clipping starts (the
+        global model when ``items`` are models; the zero update by default)."""
+        weights = [float(w) for w in weights]
+        if self.aggregation_settings.get("rule", "mean") == "mean":
+            return weighted_sum(items, weights, self.float_keys)
+        total = sum(weights)
+        parts = [{k: x[k] for k in self.float_keys} for x in items]
+        if total <= 0:
+            return {k: torch.zeros_like(v) for k, v in parts[0].items()}
+        start = center if center is not None else {k: torch.zeros_like(v) for k, v in parts[0].items()}
+        merged, _ = robust_average(parts, weights, self.aggregation_settings, center=start)
+        return {k: v * total for k, v in merged.items()}
 
     def _payload_ok(self, cid: int, reply: Reply) -> bool:
         """Validate the optional ``local_update/*`` payload like the engine validates weights."""

@@ -46,7 +46,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from fedhet.algorithms.own_model import OwnModelStrategy, weighted_sum
+from fedhet.algorithms.own_model import OwnModelStrategy
 from fedhet.algorithms.params import check_choice, check_integer, check_number, check_positive
 from fedhet.engine.protocol import FederationInfo, Reply, Weights
 from fedhet.errors import ConfigError
@@ -262,9 +262,8 @@ class ShapFed(OwnModelStrategy):
             p = self.mixing[ids]
             p = p / p.sum() if p.sum() > 0 else np.full(len(ids), 1.0 / len(ids))
             trained = [self.client_models[c] for c in ids]
-            self.model.load_state_dict(
-                {**self.model.state_dict(), **weighted_sum(trained, p, self.float_keys)}
-            )
+            current = self.model.state_dict()
+            self.model.load_state_dict({**current, **self.combine(trained, p, center=current)})
         global_sd = self.model.state_dict()
         coef = self.reward_coefficients()
         for cid in range(n):

@@ -143,9 +143,8 @@ def check_inputs(
     if rule != "mean" and not strategy.supports_aggregation_rules:
         raise ConfigError(
             f"aggregation.rule = {rule!r} replaces an average of client models, which method {name!r} does "
-            "not compute (it combines updates or submodels its own way); use aggregation.rule = 'mean' with "
-            "it, "
-            "or a method that averages models (fedavg, fedprox, fedrs, celm, the semi-supervised ones)"
+            "not compute (it averages masked submodels unit by unit, or nothing); use aggregation.rule = "
+            "'mean' with it"
         )
     if "validation" in needs and validation is None:
         raise ConfigError(
