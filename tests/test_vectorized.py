@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 
+import numpy as np
 import pytest
 import torch
 
@@ -42,11 +43,14 @@ def config(
 
 
 def run_both(method: str, params: dict | None = None, **kw):
+    """The method in both engine modes. FedRAC's and FedSAC's reference accuracies are given (not a
+    standalone pre-pass, which the engine mode keys apart and which would train maskless members here)."""
     out = []
     for mode in ("sequential", "vectorized"):
         cfg = config(method, mode, **kw)
         cfg.method.params = dict(params or {})
-        sim = make_simulation(cfg)
+        reference = np.linspace(0.5, 0.9, cfg.data.clients) if method in ("fedrac", "fedsac") else None
+        sim = make_simulation(cfg, reference_contributions=reference)
         sim.run()
         out.append((sim.strategy.global_model().state_dict(), sim.history, sim))
     return out
