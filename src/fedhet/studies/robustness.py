@@ -277,7 +277,7 @@ STUDY = Study(
     name="robustness",
     title="hostile clients (every injected behaviour, f = 1 and 3 of 10) against FedAvg, the robust "
     "aggregation rules, CELM, CGSV, ShapFed and FedRAC",
-    page="docs/robustness.md",
+    page="docs/results/robustness.md",
     default_out="runs/robustness",
     cells=cells,
     table=table,
