@@ -125,9 +125,16 @@ def collect(out: Path) -> dict[tuple[str, str], dict[str, list[float]]]:
         hostile = HOSTILE.get(f, ())
         for column, (variant, method) in COLUMNS.items():
             runs = finished_seeds(out / row_name(behaviour, f) / variant, method)
-            cell: dict[str, list[float]] = {"weight": [], "accuracy": [], "honest_rejected": [], "top": []}
+            cell: dict[str, list[float]] = {
+                "seed": [],
+                "weight": [],
+                "accuracy": [],
+                "honest_rejected": [],
+                "top": [],
+            }
             for run in runs:
                 summary = read_summary(run)
+                cell["seed"].append(int(run.name.rsplit("seed", 1)[1]))
                 acc = summary["final"].get("accuracy")
                 cell["accuracy"].append(float("nan") if acc is None else float(acc))
                 cell["honest_rejected"].append(_rejected_honest(run, hostile))
@@ -161,6 +168,18 @@ def _mean(values: list[float]) -> float:
     return float(np.nanmean(values)) if values else float("nan")
 
 
+def change_against_clean(cell: Mapping[str, list[float]], clean: Mapping[str, list[float]]) -> float:
+    """100 × the mean over the seeds both have of (accuracy − the clean run's accuracy): paired by seed, so a
+    row measured at fewer seeds than the clean run is compared with the same seeds' clean runs."""
+    clean_by_seed = dict(zip(clean["seed"], clean["accuracy"], strict=True))
+    pairs = [
+        a - clean_by_seed[s]
+        for s, a in zip(cell["seed"], cell["accuracy"], strict=True)
+        if s in clean_by_seed
+    ]
+    return 100 * float(np.nanmean(pairs)) if pairs else float("nan")
+
+
 def table_lines(found: Mapping[tuple[str, str], Mapping[str, list[float]]]) -> list[str]:
     """The Markdown table, row × column, and the line saying what a cell shows."""
     rows = ["| hostile clients | " + " | ".join(COLUMNS) + " |", "|" + "---|" * (len(COLUMNS) + 1)]
@@ -176,7 +195,8 @@ def table_lines(found: Mapping[tuple[str, str], Mapping[str, list[float]]]) -> l
             if behaviour == "clean":
                 cells_.append(f"{acc:.1f}")
                 continue
-            delta = f" ({acc - 100 * _mean(clean['accuracy']):+.1f})" if clean["accuracy"] else ""
+            change = change_against_clean(cell, clean)
+            delta = f" ({change:+.1f})" if np.isfinite(change) else ""
             weight = _mean(cell["weight"])
             shown = f"{100 * weight:.0f} %" if method == "fedrac" else f"{weight:.2f}"
             cells_.append(f"{shown} · {acc:.1f}{delta}")
@@ -187,7 +207,7 @@ def table_lines(found: Mapping[tuple[str, str], Mapping[str, list[float]]]) -> l
         *rows,
         "",
         "Each cell: the hostile clients' total weight · final accuracy % (change against the clean run of "
-        f"the same column), mean of {seeds_text} seeds; FedRAC shows the hostile clients' mean reward "
+        f"the same column, paired by seed), mean of {seeds_text} seeds; FedRAC shows the hostile clients' mean reward "
         "accuracy in place of a weight. A fair share is 0.10 per client (0.30 for f = 3).",
     ]
 
@@ -222,7 +242,7 @@ def targets(found: Mapping[tuple[str, str], Mapping[str, list[float]]]) -> list[
             if not cell["accuracy"]:
                 continue
             measured += 1
-            drop = 100 * (_mean(clean["accuracy"]) - _mean(cell["accuracy"]))
+            drop = -change_against_clean(cell, clean)
             if drop > TARGET_DROP[f]:
                 misses.append(f"{row_name(behaviour, f)} −{drop:.1f} pts")
             if any(cell["top"]):
@@ -253,13 +273,7 @@ def figure(dirs: list[Path], path: Path, options: Mapping[str, Any]) -> Path:
     for ax, f in zip(axes, HOSTILE, strict=True):
         names = [row_name(b, f) for b in FAULT_BEHAVIOURS]
         change = np.array(
-            [
-                [
-                    100 * (_mean(found[n, c]["accuracy"]) - _mean(found["clean", c]["accuracy"]))
-                    for c in columns
-                ]
-                for n in names
-            ]
+            [[change_against_clean(found[n, c], found["clean", c]) for c in columns] for n in names]
         )
         ax.imshow(change, cmap="RdBu", vmin=-60, vmax=60, aspect="auto")
         ax.set_xticks(range(len(columns)), columns, rotation=35, ha="right")
