@@ -207,8 +207,8 @@ def table_lines(found: Mapping[tuple[str, str], Mapping[str, list[float]]]) -> l
         *rows,
         "",
         "Each cell: the hostile clients' total weight · final accuracy % (change against the clean run of "
-        f"the same column, paired by seed), mean of {seeds_text} seeds; FedRAC shows the hostile clients' mean reward "
-        "accuracy in place of a weight. A fair share is 0.10 per client (0.30 for f = 3).",
+        f"the same column, paired by seed), mean of {seeds_text} seeds; FedRAC shows the hostile clients' "
+        "mean reward accuracy in place of a weight. A fair share is 0.10 per client (0.30 for f = 3).",
     ]
 
 
