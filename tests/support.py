@@ -1,9 +1,13 @@
-"""Helpers shared by the tests: one local update through the client entry, as the engine runs it."""
+"""Helpers shared by the tests: one local update through the client entry, as the engine runs it; a tiny
+digits config and a run's metrics lines (the fault and attack tests)."""
 
 from __future__ import annotations
 
+import json
+
 import torch
 
+from fedhet.config import ExperimentConfig, apply_override
 from fedhet.engine.client import run_client
 from fedhet.engine.protocol import LR_KEY, ClientState, Instruction, LocalUpdate, Reply, TrainContext
 
@@ -58,3 +62,20 @@ def aggregate_round(strategy, rnd: int, replies) -> None:
     strategy.before_aggregate(rnd, replies)
     strategy.aggregate(rnd, replies)
     strategy.after_aggregate(rnd, replies)
+
+
+def digits_config(clients: int = 5, rounds: int = 3, **sets) -> ExperimentConfig:
+    """A few rounds of 3 local steps on scikit-learn's digits, IID, one thread; ``sets`` as dotted keys with
+    ``__`` for the dots (``faults__clients={"1": "alie"}``)."""
+    cfg = ExperimentConfig()
+    cfg.data.dataset, cfg.data.split, cfg.data.clients = "digits", "iid", clients
+    cfg.train.rounds, cfg.train.local_steps, cfg.train.threads = rounds, 3, 1
+    cfg.eval.fairness = False
+    for key, value in sets.items():
+        apply_override(cfg, key.replace("__", "."), value)
+    return cfg
+
+
+def lines_of(run_dir) -> list[dict]:
+    """The per-round lines of a run's metrics.jsonl."""
+    return [json.loads(s) for s in (run_dir / "metrics.jsonl").read_text().splitlines()]

@@ -31,25 +31,12 @@ from fedhet.engine.protocol import LR_KEY, ClientData, ClientState, Instruction,
 from fedhet.errors import ConfigError
 from fedhet.experiment import make_simulation
 from fedhet.models import build_model
+from support import digits_config, lines_of
 
 
 @pytest.fixture(autouse=True)
 def _tmp_cache(tmp_path, monkeypatch):
     monkeypatch.setenv("FEDHET_CACHE", str(tmp_path / "cache"))
-
-
-def digits_config(clients: int = 5, rounds: int = 3, **sets) -> ExperimentConfig:
-    cfg = ExperimentConfig()
-    cfg.data.dataset, cfg.data.split, cfg.data.clients = "digits", "iid", clients
-    cfg.train.rounds, cfg.train.local_steps, cfg.train.threads = rounds, 3, 1
-    cfg.eval.fairness = False
-    for key, value in sets.items():
-        apply_override(cfg, key.replace("__", "."), value)
-    return cfg
-
-
-def lines_of(run_dir) -> list[dict]:
-    return [json.loads(s) for s in (run_dir / "metrics.jsonl").read_text().splitlines()]
 
 
 def fault(behaviour: str, factor: float = 100.0, noise_std: float = 1.0, seed: int = 3) -> Fault:

@@ -14,32 +14,19 @@ import torch
 from fedhet.algorithms.celm import rescale_evidence
 from fedhet.algorithms.fedavg import FedAvg
 from fedhet.cli import main
-from fedhet.config import ExperimentConfig, apply_override, from_dict, load_config_text, to_toml
+from fedhet.config import apply_override, from_dict, load_config_text, to_toml
 from fedhet.engine.faults import Fault, InjectedFault, apply_fault, fault_for, refuse_to_train
 from fedhet.engine.guards import guard_updates, model_is_finite, update_norm
 from fedhet.engine.protocol import Instruction, Reply
 from fedhet.engine.records import zero_rejected
 from fedhet.errors import ConfigError, TrainingDivergedError
 from fedhet.experiment import make_simulation
+from support import digits_config, lines_of
 
 
 @pytest.fixture(autouse=True)
 def _tmp_cache(tmp_path, monkeypatch):
     monkeypatch.setenv("FEDHET_CACHE", str(tmp_path / "cache"))
-
-
-def digits_config(clients: int = 5, rounds: int = 3, **sets) -> ExperimentConfig:
-    cfg = ExperimentConfig()
-    cfg.data.dataset, cfg.data.split, cfg.data.clients = "digits", "iid", clients
-    cfg.train.rounds, cfg.train.local_steps, cfg.train.threads = rounds, 3, 1
-    cfg.eval.fairness = False
-    for key, value in sets.items():
-        apply_override(cfg, key.replace("__", "."), value)
-    return cfg
-
-
-def lines_of(run_dir) -> list[dict]:
-    return [json.loads(s) for s in (run_dir / "metrics.jsonl").read_text().splitlines()]
 
 
 # -- the faults themselves -----------------------------------------------------------------------------------

@@ -4,6 +4,7 @@ traceback; that command then finishes the run. A second SIGINT stops at once."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shlex
@@ -59,18 +60,45 @@ def env(tmp_path):
     return {**os.environ, "FEDHET_CACHE": str(tmp_path / "cache"), "COLUMNS": "200"}
 
 
+@contextlib.contextmanager
+def _running(args: list[str], env: dict[str, str]):
+    """``fedhet ARGS`` as a process, killed by its pid on the way out whatever happens."""
+    proc = _fedhet(args, env)
+    try:
+        yield proc
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(timeout=10)
+
+
+def _stopped(proc: subprocess.Popen, err: str) -> str:
+    """The one 'interrupted' line of a process Ctrl-C stopped cleanly (exit 130, no traceback)."""
+    assert proc.returncode == 130, err
+    assert "Traceback" not in err
+    [line] = [ln for ln in err.splitlines() if "interrupted" in ln]
+    return line
+
+
+def _resume(line: str, env: dict[str, str]) -> list[str]:
+    """Run the command the line prints to its end (exit 0); that command, split."""
+    command = shlex.split(line.split("resume with: ")[1].split(" (")[0])
+    with _running(command[1:], env) as done:
+        _, err = done.communicate(timeout=LIMIT_S)
+        assert done.returncode == 0, err
+    return command
+
+
 def test_ctrl_c_finishes_the_round_saves_it_and_the_printed_command_resumes_without_loss(tmp_path, env):
     out = tmp_path / "run"
     # checkpoints every 10 rounds: the round Ctrl-C stops after is saved all the same
     args = ["run", *TINY, "--rounds", "20", "--out", str(out), "--set", "eval.checkpoint_every=10"]
-    proc = _fedhet(args, env)
-    try:
+    with _running(args, env) as proc:
         _wait_for(proc, lambda: (out / "metrics.jsonl").exists() and len(_rounds(out)) >= 2)
         os.kill(proc.pid, signal.SIGINT)
         _, err = proc.communicate(timeout=LIMIT_S)
-        assert proc.returncode == 130, err
-        assert "Traceback" not in err and "stopping after the round in progress" in err
-        [line] = [ln for ln in err.splitlines() if "interrupted" in ln]
+        line = _stopped(proc, err)
+        assert "stopping after the round in progress" in err
         last = _rounds(out)[-1]
         assert 2 <= last < 10  # stopped before any scheduled checkpoint
         assert line.startswith(
@@ -79,66 +107,32 @@ def test_ctrl_c_finishes_the_round_saves_it_and_the_printed_command_resumes_with
         assert line.endswith(f"(it continues after round {last}, the last checkpoint)")
         assert (out / "checkpoints" / f"round_{last:05d}").is_dir()
         assert not (out / "summary.json").exists()
-        resume = shlex.split(line.split("resume with: ")[1].split(" (")[0])
-        assert resume == ["fedhet", "run", "--resume", str(out)]
-        done = _fedhet(resume[1:], env)
-        try:
-            _, err = done.communicate(timeout=LIMIT_S)
-        finally:
-            if done.poll() is None:
-                done.kill()
-        assert done.returncode == 0, err
+        assert _resume(line, env) == ["fedhet", "run", "--resume", str(out)]
         assert json.loads((out / "summary.json").read_text())["rounds"] == 20
         assert _rounds(out) == list(range(1, 21))  # no round lost, none repeated
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait(timeout=10)
 
 
 def test_a_second_ctrl_c_stops_at_once(tmp_path, env):
     out = tmp_path / "run"
     # rounds of 10 local epochs (seconds each): both signals, 0.05 s apart, land within one round
     slow = ["--set", "train.local_epochs=10"]
-    proc = _fedhet(["run", *TINY, *slow, "--rounds", "400", "--out", str(out)], env)
-    try:
+    with _running(["run", *TINY, *slow, "--rounds", "400", "--out", str(out)], env) as proc:
         _, err = _interrupt_after(proc, out / "checkpoints" / "round_00002", times=2)
-        assert proc.returncode == 130, err
-        assert "Traceback" not in err
-        [line] = [ln for ln in err.splitlines() if "interrupted" in ln]
+        line = _stopped(proc, err)
         assert line.startswith("fedhet: interrupted at round ") and "resume with: fedhet run --resume" in line
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait(timeout=10)
 
 
 def test_ctrl_c_stops_fedhet_compare_and_the_same_command_with_its_out_resumes(tmp_path, env):
     out = tmp_path / "cmp"
     args = ["compare", "--methods", "fedavg", *TINY, "--rounds", "20", "--no-report", "--out", str(out)]
-    proc = _fedhet(args, env)
-    try:
+    with _running(args, env) as proc:
         _, err = _interrupt_after(proc, out / "fedavg-seed0" / "checkpoints" / "round_00002")
-        assert proc.returncode == 130, err
-        assert "Traceback" not in err
-        [line] = [ln for ln in err.splitlines() if "interrupted" in ln]
+        line = _stopped(proc, err)
         assert (
             line.startswith("fedhet: interrupted after round ") and "— resume with: fedhet compare " in line
         )
-        resume = shlex.split(line.split("resume with: ")[1].split(" (")[0])
-        assert resume[-2:] == ["--out", str(out)]
-        done = _fedhet(resume[1:], env)
-        try:
-            _, err = done.communicate(timeout=LIMIT_S)
-        finally:
-            if done.poll() is None:
-                done.kill()
-        assert done.returncode == 0, err
+        assert _resume(line, env)[-2:] == ["--out", str(out)]
         assert json.loads((out / "fedavg-seed0" / "summary.json").read_text())["rounds"] == 20
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait(timeout=10)
 
 
 def test_the_interrupted_line_and_the_rerun_command():

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -74,6 +75,30 @@ def test_overwrite_empties_the_directory_under_the_lock(tmp_path):
     claim_run_dir(d).release()  # released: the directory (only the lock file left) counts as empty
 
 
+@contextlib.contextmanager
+def _lock_holder(d, first_file: str | None = None):
+    """A process that holds ``d``'s lock (having written ``first_file`` there, as a live run does), killed
+    with SIGKILL on the way out — no clean-up, as a crash; the kernel frees the lock."""
+    write = f"(pathlib.Path(sys.argv[1]) / {first_file!r}).write_text(''); " if first_file else ""
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import sys, pathlib, time; from fedhet.engine.rundir import RunDirLock; "
+            f"held = RunDirLock(sys.argv[1]).acquire(); {write}print('locked', flush=True); time.sleep(60)",
+            str(d),
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert holder.stdout.readline().strip() == "locked"
+        yield holder
+    finally:
+        os.kill(holder.pid, signal.SIGKILL)
+        holder.wait(timeout=10)
+
+
 def test_a_locked_directory_is_refused_naming_the_owner_and_freed_when_it_dies(tmp_path):
     d = tmp_path / "r"
     with RunDirLock(d):
@@ -82,27 +107,9 @@ def test_a_locked_directory_is_refused_naming_the_owner_and_freed_when_it_dies(t
         ):
             RunDirLock(d).acquire()
     # a process that holds the lock and is killed (no clean-up): the kernel frees the lock
-    holder = subprocess.Popen(
-        [
-            sys.executable,
-            "-c",
-            "import sys, time; from fedhet.engine.rundir import RunDirLock; "
-            "held = RunDirLock(sys.argv[1]).acquire(); print('locked', flush=True); time.sleep(60)",
-            str(d),
-        ],
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        assert holder.stdout.readline().strip() == "locked"
+    with _lock_holder(d) as holder:
         with pytest.raises(RunDirectoryError, match=f"pid {holder.pid}"):
             claim_run_dir(d)
-        os.kill(holder.pid, signal.SIGKILL)
-        holder.wait(timeout=10)
-    finally:
-        if holder.poll() is None:
-            holder.kill()
-            holder.wait(timeout=10)
     deadline = time.monotonic() + 10
     while True:  # the lock file is left behind, the lock is not
         try:
@@ -116,21 +123,7 @@ def test_a_locked_directory_is_refused_naming_the_owner_and_freed_when_it_dies(t
 def test_a_directory_a_live_run_writes_to_is_in_use_not_unfinished(tmp_path, capsys):
     d = tmp_path / "r"
     # a process that holds the lock of a directory holding a run's first files, as a live run does
-    holder = subprocess.Popen(
-        [
-            sys.executable,
-            "-c",
-            "import sys, pathlib, time; from fedhet.engine.rundir import RunDirLock; "
-            "held = RunDirLock(sys.argv[1]).acquire(); "
-            "(pathlib.Path(sys.argv[1]) / 'metrics.jsonl').write_text(''); print('locked', flush=True); "
-            "time.sleep(60)",
-            str(d),
-        ],
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        assert holder.stdout.readline().strip() == "locked"
+    with _lock_holder(d, first_file="metrics.jsonl") as holder:
         assert run_dir_state(d) == "unfinished"
         in_use = rf"in use by pid {holder.pid} \(a run is writing there\); wait for it, or choose another"
         for kw in ({}, {"resume": True}, {"overwrite": True}):
@@ -143,12 +136,6 @@ def test_a_directory_a_live_run_writes_to_is_in_use_not_unfinished(tmp_path, cap
             in err
         )
         assert "unfinished" not in err
-        os.kill(holder.pid, signal.SIGKILL)
-        holder.wait(timeout=10)
-    finally:
-        if holder.poll() is None:
-            holder.kill()
-            holder.wait(timeout=10)
     # the holder died: its pid is no owner any more, and the directory is an unfinished run again
     with pytest.raises(RunDirectoryError, match="holds an unfinished run"):
         check_run_dir(d)
