@@ -24,6 +24,12 @@ TINY += ["--set", "eval.checkpoint_every=1", "--set", "guards.update_norm_factor
 LIMIT_S = 120
 
 
+def _default_sigint() -> None:
+    # A test suite started in the background (`make test &`, nohup) hands its children SIGINT ignored,
+    # which Python keeps ignored; a terminal's Ctrl-C reaches a run with the default disposition.
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def _fedhet(args: list[str], env: dict[str, str]) -> subprocess.Popen:
     return subprocess.Popen(
         [sys.executable, "-m", "fedhet", *args],
@@ -31,6 +37,7 @@ def _fedhet(args: list[str], env: dict[str, str]) -> subprocess.Popen:
         stderr=subprocess.PIPE,
         text=True,
         env=env,
+        preexec_fn=_default_sigint,
     )
 
 
