@@ -244,7 +244,7 @@ def test_fedhet_robustness_page_writes_the_results_page_and_figure_from_recorded
     (tmp_path / "checkout" / "docs").mkdir(parents=True)
     assert main(["robustness", "page", "--out", str(runs), "--root", str(tmp_path / "checkout")]) == 0
     page = (tmp_path / "checkout" / "docs" / "results" / "robustness.md").read_text()
-    assert "| noise/f1 | 0.10 · 50.0 (-30.0) |" in page and "runs recorded at commit(s) abc1234" in page
+    assert "| noise/f1 | 0.10 · 50.0 (-30.0) |" in page and "1 seed(s), recorded at commit(s) abc1234" in page
     assert "- **CELM**: not measured yet (no clean run)" in page
     assert (tmp_path / "checkout" / "docs" / "figures" / "robustness.png").stat().st_size > 10_000
     assert main(["robustness", "page", "--out", str(tmp_path / "none")]) == 2

@@ -326,9 +326,11 @@ def page(out: Path, figure_path: Path | None) -> str:
     cfg = load_config(CONFIG)
     d, t = cfg.data, cfg.train
     commits, hours = _provenance(out)
-    recorded = ", ".join(commits) or "none"
-    params = ", ".join(f"{k} = {v}" for k, v in d.split_params.items())
     found = collect(out)
+    recorded = ", ".join(commits) or "none"
+    counts = sorted({len(v["accuracy"]) for v in found.values() if v["accuracy"]}) or [0]
+    seeds_text = f"{counts[0]} to {counts[-1]}" if len(counts) > 1 else str(counts[0])
+    params = ", ".join(f"{k} = {v}" for k, v in d.split_params.items())
     figure_line = ""
     if figure_path is not None:
         rel = Path("..") / "figures" / figure_path.name
@@ -353,8 +355,9 @@ robust rule on top of the defaults (`aggregation.rule`: median; trimmed mean, β
 with f assumed hostile, Multi-Krum averaging the 10 − f lowest scores; centered clipping, τ = 1, one
 iteration); CELM, CGSV, ShapFed and FedRAC with the defaults.
 
-**Provenance.** `{COMMAND}`, then `fedhet robustness page`; runs recorded at commit(s) {recorded},
-{hours:.1f} CPU-hours in all, on {machine_line()}.
+**Provenance.** `{COMMAND}` (resumable: it adds the seeds not yet recorded), then `fedhet robustness page`;
+the cells below hold {seeds_text} seed(s), recorded at commit(s) {recorded}, {hours:.1f} CPU-hours in all, on
+{machine_line()}.
 
 ## Targets of the defaults
 
