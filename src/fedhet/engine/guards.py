@@ -8,7 +8,7 @@ clients with the reason, which the round loop logs and records like any rejected
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 
 import numpy as np
 import torch
@@ -29,10 +29,10 @@ def update_norm(reply: Reply, sent: Instruction | None, updates: bool = False) -
     return update_norms({0: reply}, {0: sent} if sent is not None else {}, updates)[0]
 
 
-def _update_parts(reply: Reply, ins: Instruction | None, updates: bool) -> dict[str, Tensor]:
-    """The change w_i − w_sent per floating-point tensor, as :func:`update_norm` defines it."""
+def _update_parts(reply: Reply, ins: Instruction | None, updates: bool) -> Iterator[tuple[str, Tensor]]:
+    """The change w_i − w_sent per floating-point tensor, as :func:`update_norm` defines it, one tensor at a
+    time (the norms of the round loop hold one difference at once, not a model's worth)."""
     reference = {} if updates or ins is None or ins.delta else ins.weights
-    parts: dict[str, Tensor] = {}
     for key, value in reply.weights.items():
         if not value.is_floating_point():
             continue
@@ -41,8 +41,7 @@ def _update_parts(reply: Reply, ins: Instruction | None, updates: bool) -> dict[
             # Not sent: an absolute weight is not a change; beside the changes of the keys that were sent
             # it made an honest returning client's norm 25x the round's median (CELM's warm-up heads).
             continue
-        parts[key] = (value if base is None else value - base.to(value.device, value.dtype)).detach()
-    return parts
+        yield key, (value if base is None else value - base.to(value.device, value.dtype)).detach()
 
 
 def update_norms(
@@ -53,7 +52,7 @@ def update_norms(
     squares: list[Tensor] = []
     for cid in sorted(replies):
         total = torch.zeros((), dtype=torch.float64)
-        for diff in _update_parts(replies[cid], sent.get(cid), updates).values():
+        for _, diff in _update_parts(replies[cid], sent.get(cid), updates):
             total = total.to(diff.device) + diff.double().pow(2).sum()
         squares.append(total)
     if not squares:
@@ -72,7 +71,7 @@ def update_cosines(
     if len(replies) < MIN_UPDATES_FOR_MEDIAN:
         return {}
     ids = sorted(replies)
-    parts = [_update_parts(replies[cid], sent.get(cid), updates) for cid in ids]
+    parts = [dict(_update_parts(replies[cid], sent.get(cid), updates)) for cid in ids]
     keys = sorted(set.intersection(*(set(p) for p in parts)))
     if not keys:
         return {}
