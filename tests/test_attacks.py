@@ -99,8 +99,8 @@ def test_the_coordinated_step_runs_in_the_round_loop_on_the_honest_replies_it_ga
     mean − z·std of the other clients' replies as gathered (numpy), and that is what the guards measured."""
     seen = []
 
-    def spy(cfg, rnd, replies, sent, updates=False):
-        out = coordinated_attack(cfg, rnd, replies, sent, updates)
+    def spy(cfg, rnd, replies, sent, updates=False, global_norm=None):
+        out = coordinated_attack(cfg, rnd, replies, sent, updates, global_norm)
         # the instructions share the global model's tensors, which the aggregation then changes: copy them
         copied = {c: {k: v.clone() for k, v in ins.weights.items()} for c, ins in sent.items()}
         seen.append((rnd, dict(replies), copied, out))
@@ -187,6 +187,18 @@ def test_adaptive_scale_lands_just_under_the_update_norm_guards_bound():
         num_examples=out[0].num_examples,
     )
     assert list(guard_updates(bigger, sent, cfg.guards)) == [0]  # 1.02 × that: rejected
+
+
+def test_adaptive_scale_aims_under_the_floor_where_the_floor_sets_the_bound():
+    """With a global model of norm 10 000 the floor 0.01 × 10 000 = 100 is far above the round's median
+    (~0.2): the guard's bound is 10 × 100, and the adversary lands at 0.99 of it (by hand: 990)."""
+    w0, replies, sent = synthetic_round(5, seed=5, spread=[0.3, 1.0, 1.5, 0.7, 2.0])
+    cfg = digits_config(clients=5, faults__clients={"0": "adaptive-scale"})
+    out = coordinated_attack(cfg, 1, replies, sent, global_norm=10_000.0)
+    norms = update_norms(out, sent)
+    assert norms[0] == pytest.approx(990.0, rel=1e-6)
+    assert guard_updates(out, sent, cfg.guards, global_norm=10_000.0) == {}  # accepted
+    assert list(guard_updates(out, sent, cfg.guards)) == [0]  # the median's bound alone rejects it
 
 
 def test_adaptive_scale_without_the_guard_scales_by_faults_factor():

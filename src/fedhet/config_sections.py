@@ -152,6 +152,12 @@ class GuardsConfig:
     #: (with 3 or more updates); 0 = off. 10 keeps honest non-IID clients (the largest honest ratio measured
     #: on the shipped experiments is under 2) and stops scaled or random ones.
     update_norm_factor: float | None = 10.0
+    #: The update-norm guard's scale is never below this × the norm of the model the client was sent
+    #: (0 = no floor): in a round of 3 or 4 the median is one client's own norm, and two converged clients
+    #: made a third, still learning, honest one exceed 10× it. At 0.01 an update is never rejected for
+    #: moving the model by under a tenth of its norm; noise and ×100 updates exceed that
+    #: (docs/reliability.md).
+    update_norm_floor: float | None = 0.01
     #: Reject a reply whose num_examples exceeds this × the round's median num_examples; 0 = off. A client
     #: that truly holds more than 10× the median needs a larger factor (its rejection says so).
     num_examples_factor: float | None = 10.0
@@ -169,7 +175,7 @@ class GuardsConfig:
 
     def __post_init__(self) -> None:
         # "none" (the CLI's word for no value) turns a median guard off, as 0 does; 0 is what TOML can hold
-        for key in ("update_norm_factor", "num_examples_factor"):
+        for key in ("update_norm_factor", "num_examples_factor", "update_norm_floor"):
             if getattr(self, key) is None:
                 setattr(self, key, 0.0)
 

@@ -182,6 +182,11 @@ def check_ranges(cfg: ExperimentSections) -> None:
         v = getattr(g, key)
         need(v == 0 or v > 1.0, f"guards.{key}={v} must be > 1 (a multiple of the median), or 0 (off)")
     need(
+        0.0 <= g.update_norm_floor < 1.0,
+        f"guards.update_norm_floor={g.update_norm_floor} must be in [0, 1) (a fraction of the model's "
+        "norm; 0: off)",
+    )
+    need(
         g.min_update_cosine is None or -1.0 <= g.min_update_cosine < 1.0,
         f"guards.min_update_cosine={g.min_update_cosine} must be in [-1, 1) (or none: off)",
     )

@@ -46,7 +46,7 @@ from torch import Tensor
 
 from fedhet.config import ExperimentConfig
 from fedhet.config_sections import COORDINATED_FAULTS
-from fedhet.engine.guards import MIN_UPDATES_FOR_MEDIAN, update_norms
+from fedhet.engine.guards import MIN_UPDATES_FOR_MEDIAN, update_norm_floor, update_norms
 from fedhet.engine.protocol import ClientData, Instruction, Reply
 from fedhet.engine.seeds import derived_torch_generator
 from fedhet.errors import FedhetError
@@ -191,6 +191,7 @@ def coordinated_attack(
     replies: Mapping[int, Reply],
     sent: Mapping[int, Instruction],
     updates: bool = False,
+    global_norm: float | None = None,
 ) -> dict[int, Reply]:
     """The round's replies after its coordinated colluders (``alie``, ``ipm``, ``adaptive-scale`` in
     round ``rnd``, by :func:`fault_for`) replaced theirs; the others are untouched.
@@ -231,7 +232,8 @@ def coordinated_attack(
     }
     scalers = [cid for cid, b in group.items() if b == "adaptive-scale"]
     if scalers:
-        factors = _adaptive_factors(cfg, update_norms(out, sent, updates), scalers)
+        floor = update_norm_floor(cfg.guards, global_norm)
+        factors = _adaptive_factors(cfg, update_norms(out, sent, updates), scalers, floor)
         for c in scalers:
             scaled = {key: factors[c] * _delta(replies[c], bases[c], key) for key in bases[c]}
             out[c] = _sent(replies[c], bases[c], scaled)
@@ -239,12 +241,13 @@ def coordinated_attack(
 
 
 def _adaptive_factors(
-    cfg: ExperimentConfig, norms: Mapping[int, float], scalers: list[int]
+    cfg: ExperimentConfig, norms: Mapping[int, float], scalers: list[int], floor: float
 ) -> dict[int, float]:
     """Each ``adaptive-scale`` colluder's factor: ``ADAPTIVE_MARGIN`` × guards.update_norm_factor × M / ‖Δ‖,
-    M the median the update-norm guard will take over the round's norms (the colluders' counted above every
-    other, where their scaled norms will be). ``faults.factor`` where the guard does not judge: off, fewer
-    than 3 updates, a zero median, or colluders holding half the round (the median is then theirs)."""
+    M the scale the update-norm guard will take: the median over the round's norms (the colluders' counted
+    above every other, where their scaled norms will be), or the guard's ``floor`` where that is larger.
+    ``faults.factor`` where the guard does not judge: off, fewer than 3 updates, a zero median, or
+    colluders holding half the round (the median is then theirs)."""
     k = cfg.guards.update_norm_factor
     others = [v for cid, v in norms.items() if cid not in scalers]
     median = float(np.median(others + [math.inf] * len(scalers))) if norms else math.nan
@@ -254,7 +257,8 @@ def _adaptive_factors(
         if not judged:
             out[c] = cfg.faults.factor
         else:
-            out[c] = ADAPTIVE_MARGIN * k * median / norms[c] if norms[c] > 0 else 1.0
+            scale = max(median, floor)
+            out[c] = ADAPTIVE_MARGIN * k * scale / norms[c] if norms[c] > 0 else 1.0
     return out
 
 

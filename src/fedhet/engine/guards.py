@@ -4,6 +4,13 @@ The protocol checks of :mod:`fedhet.engine.boundary` judge each reply alone (key
 The guards here judge a reply against the round's others: an update whose norm, or a sample count that is
 far above the round's median, is what a scaled, random or lying client sends. Each returns the rejected
 clients with the reason, which the round loop logs and records like any rejected update.
+
+The median of a small round is one or two clients' own values: with 3 hospitals, two that have converged
+(update norms 0.0002 and 0.014) make the third, still learning from data unlike theirs (0.41), look like a
+scaled attack. So the update-norm bound is never below ``update_norm_factor`` × ``update_norm_floor`` × the
+global model's norm: an update moving a model by less than that (10 % of its norm, by default) is too
+small to be what a random or scaled update is (N(0, 1) noise measured 36× the model's norm; a ×100 scale
+2.4×), and it cannot wreck the model in one round.
 """
 
 from __future__ import annotations
@@ -62,6 +69,23 @@ def update_norms(
     return dict(zip(sorted(replies), values, strict=True))
 
 
+def model_norm(model: nn.Module | None) -> float | None:
+    """‖w‖₂ over the floating-point parameters and buffers of ``model`` (None for no model: Standalone)."""
+    if model is None:
+        return None
+    tensors = (*model.parameters(), *model.buffers())
+    squares = [t.detach().double().pow(2).sum() for t in tensors if t.is_floating_point()]
+    return float(torch.stack(squares).sum().sqrt()) if squares else None
+
+
+def update_norm_floor(guards: GuardsConfig, global_norm: float | None) -> float:
+    """``update_norm_floor`` × the global model's norm: the least scale the update-norm guard multiplies by
+    ``update_norm_factor`` (0 with the floor off or no global model)."""
+    if not guards.update_norm_floor or global_norm is None:
+        return 0.0
+    return guards.update_norm_floor * global_norm
+
+
 def update_cosines(
     replies: Mapping[int, Reply], sent: Mapping[int, Instruction], updates: bool = False
 ) -> dict[int, float]:
@@ -92,12 +116,15 @@ def guard_updates(
     norms: Mapping[int, float] | None = None,
     updates: bool = False,
     cosines: Mapping[int, float] | None = None,
+    global_norm: float | None = None,
 ) -> dict[int, str]:
     """The replies the guards reject, with the reason: num_examples above ``max_num_examples`` or above
     ``num_examples_factor`` × the round's median, an update norm above ``update_norm_factor`` × the median
     (``norms``: the replies' :func:`update_norms`, computed here when not given, measured as ``updates``
     says: the trainer's ``uploads_updates``), an update whose cosine with the round's median update is below
-    ``min_update_cosine`` (``cosines``: :func:`update_cosines`, computed here when not given)."""
+    ``min_update_cosine`` (``cosines``: :func:`update_cosines`, computed here when not given).
+    ``global_norm``: the norm of the global model the round started from (:func:`model_norm`), for the
+    update-norm guard's floor."""
     rejected: dict[int, str] = {}
     if guards.max_num_examples is not None:
         for cid, reply in replies.items():
@@ -115,8 +142,11 @@ def guard_updates(
         if norms is None:
             norms = update_norms(replies, sent, updates)
         kept = {cid: norms[cid] for cid in replies if cid not in rejected}
+        floor = update_norm_floor(guards, global_norm)
         rejected.update(
-            _above_median(kept, guards.update_norm_factor, "update norm", rejected, "update_norm_factor")
+            _above_median(
+                kept, guards.update_norm_factor, "update norm", rejected, "update_norm_factor", floor
+            )
         )
     if guards.min_update_cosine is not None:
         if cosines is None:
@@ -133,9 +163,15 @@ def guard_updates(
 
 
 def _above_median(
-    values: Mapping[int, float], factor: float, what: str, already: Mapping[int, str], key: str
+    values: Mapping[int, float],
+    factor: float,
+    what: str,
+    already: Mapping[int, str],
+    key: str,
+    floor: float = 0.0,
 ) -> dict[int, str]:
-    """The clients whose value exceeds ``factor`` × the median over the round (3 or more values)."""
+    """The clients whose value exceeds ``factor`` × the median over the round (3 or more values), or
+    ``factor`` × ``floor`` where that is larger (the update norm's floor, see the module's note)."""
     if len(values) < MIN_UPDATES_FOR_MEDIAN:
         return {}
     median = float(np.median(list(values.values())))
@@ -143,13 +179,18 @@ def _above_median(
         # Most clients changed nothing (or claim no samples), e.g. labels at one client only: there is no
         # scale to judge the others by, and rejecting the one client that learnt something is no defence.
         return {}
-    bound = factor * median
-    return {
-        cid: f"{what} {v:.4g} exceeds {factor:g} × the round's median {median:.4g} (guards.{key}; "
-        f"if this client is honest, raise it, or set it to 0 to turn the guard off)"
-        for cid, v in values.items()
-        if cid not in already and v > bound
-    }
+    scale = f"the round's median {median:.4g}"
+    if floor > median:
+        scale = f"{floor:.4g} (guards.update_norm_floor × the global model's norm, above {scale})"
+    out = {}
+    for cid, v in values.items():
+        if cid in already or v <= factor * max(median, floor):
+            continue
+        out[cid] = (
+            f"{what} {v:.4g} exceeds {factor:g} × {scale} (guards.{key}; if this client is honest, raise "
+            f"it, or set it to 0 to turn the guard off)"
+        )
+    return out
 
 
 def model_is_finite(model: nn.Module | None) -> bool:

@@ -40,7 +40,7 @@ from fedhet.engine import checkpoint as ckpt
 from fedhet.engine.boundary import accept_descriptions, accept_replies, check_inputs, check_transport
 from fedhet.engine.evaluation import evaluate_round
 from fedhet.engine.faults import coordinated_attack
-from fedhet.engine.guards import guard_updates, model_is_finite, update_cosines, update_norms
+from fedhet.engine.guards import guard_updates, model_is_finite, model_norm, update_cosines, update_norms
 from fedhet.engine.protocol import LR_KEY, FederationInfo, Reply, Strategy, Transport
 from fedhet.engine.records import (
     RECORDS_FILE,
@@ -251,12 +251,15 @@ class RoundLoop:
             ins.config[LR_KEY] = lr
         received, failures = self.transport.send(rnd, outgoing)
         replies, rejected = accept_replies(received, self.template.state_dict())
+        # the scale of the model the round started from: the update-norm guard's floor (and the adaptive
+        # adversary's, which aims just below the guard's bound)
+        global_norm = model_norm(self.strategy.global_model()) if cfg.guards.update_norm_floor else None
         # -- [faults] the coordinated adversary (alie, ipm, adaptive-scale; fedhet.engine.faults) ----------
         # Its colluders replace their replies with the round's honest updates in view, after the boundary and
         # before the guards and the aggregation; the same step on every transport. Nothing without [faults].
         if cfg.faults.clients:
             uploads = self.strategy.trainer_class.uploads_updates
-            replies = coordinated_attack(cfg, rnd, replies, outgoing, uploads)
+            replies = coordinated_attack(cfg, rnd, replies, outgoing, uploads, global_norm)
         # -- end of the coordinated adversary -----------------------------------------------------------
         # ‖w_i − w_sent‖ of each well-formed reply: the guards judge by it; the audit reads it (stale)
         uploads = self.strategy.trainer_class.uploads_updates
@@ -265,7 +268,9 @@ class RoundLoop:
         cosines = (
             update_cosines(replies, outgoing, uploads) if cfg.guards.min_update_cosine is not None else {}
         )
-        guarded = guard_updates(replies, outgoing, cfg.guards, norms, cosines=cosines)
+        guarded = guard_updates(
+            replies, outgoing, cfg.guards, norms, cosines=cosines, global_norm=global_norm
+        )
         for cid in guarded:
             del replies[cid]
         rejected.update(guarded)
