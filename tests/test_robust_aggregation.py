@@ -289,3 +289,50 @@ def test_each_rule_matches_flowers_implementation_on_the_same_replies(settings):
     # float64 on both sides; the two sum in different orders, so equal to rounding, not bit for bit
     assert np.allclose(got["w"].numpy(), expected[0], rtol=1e-12, atol=1e-12)
     assert np.allclose(got["b"].numpy(), expected[1], rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize(
+    "settings",
+    [
+        {"rule": "mean"},
+        {"rule": "median"},
+        {"rule": "trimmed-mean", "beta": 0.2},
+        {"rule": "krum", "num_malicious_nodes": 1},
+        {"rule": "multi-krum", "num_malicious_nodes": 1, "num_nodes_to_select": 3},
+    ],
+)
+def test_implementation_flower_is_flowers_strategy_inside_fedavg(settings, monkeypatch):
+    """``implementation = "flower"`` hands the rule to Flower's own strategy (FedAvg, FedMedian,
+    FedTrimmedAvg, Krum, MultiKrum): the same models and shares as fedhet's rule, to float32 rounding
+    (numpy's median and mean against torch's sort and sum), and the models Flower left out read back from
+    its own metric aggregation (the ×100 client is not among Krum's)."""
+    strategies = pytest.importorskip("flwr.serverapp.strategy")
+    from fedhet.algorithms.robust_aggregation import FLOWER_STRATEGIES
+
+    flower_class = getattr(strategies, FLOWER_STRATEGIES[settings["rule"]])
+    calls = []
+    original = flower_class.aggregate_train
+    monkeypatch.setattr(
+        flower_class, "aggregate_train", lambda self, *a: calls.append(type(self)) or original(self, *a)
+    )
+    ours = _strategy("fedavg", settings, n=6)
+    theirs = _strategy("fedavg", {**settings, "implementation": "flower"}, n=6)
+    replies = _replies(ours, n=6, hostile=100.0)
+    ours.aggregate(1, replies)
+    theirs.aggregate(1, replies)
+    assert calls == [flower_class]  # Flower's code aggregated, once
+    for key, value in ours.model.state_dict().items():
+        torch.testing.assert_close(theirs.model.state_dict()[key], value, rtol=1e-5, atol=1e-6)
+    assert theirs.round_weights == pytest.approx(ours.round_weights, abs=1e-12)
+    if settings["rule"] in ("krum", "multi-krum"):
+        assert theirs.round_weights[5] == 0.0 and sum(v > 0 for v in theirs.round_weights.values()) == (
+            1 if settings["rule"] == "krum" else 3
+        )
+
+
+def test_implementation_flower_refuses_a_rule_flower_has_not():
+    from fedhet.config import from_dict
+    from fedhet.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="Flower has no centered-clipping strategy"):
+        from_dict({"aggregation": {"rule": "centered-clipping", "implementation": "flower"}})

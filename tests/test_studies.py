@@ -168,6 +168,29 @@ def test_robustness_targets_are_computed_from_the_defaults_cells(tmp_path):
     assert "- **CELM**: not measured yet (no clean run)" in lines
 
 
+def test_robustness_flower_columns_are_the_same_rules_computed_by_flower(tmp_path):
+    from fedhet.studies import robustness
+
+    by_path = {cell.path: cell for cell in robustness.cells()}
+    for rule in robustness.FLOWER_COLUMNS:
+        ours, theirs = by_path[f"ipm/f3/{rule}"].overrides, by_path[f"ipm/f3/flower-{rule}"].overrides
+        assert theirs == {**ours, "aggregation.implementation": "flower"}
+    # the engine check: identical accuracies, and a difference of 0.5 points in one evaluation
+    lines = [{"accuracy": 0.5}, {"accuracy": 0.7}]
+    for path, flower in (
+        ("clean/flower-median", lines),
+        ("clean/flower-krum", [lines[0], {"accuracy": 0.705}]),
+    ):
+        _robustness_run(tmp_path / path, "fedavg", 0, 0.7, lines)
+        _robustness_run(
+            tmp_path / robustness.ENGINE_CHECK_DIR / path, "fedavg", 0, flower[-1]["accuracy"], flower
+        )
+    table = "\n".join(robustness.engine_check_lines(tmp_path))
+    assert "| clean/flower-median | 70.00 | 70.00 | identical |" in table
+    assert "| clean/flower-krum | 70.00 | 70.50 | differ by up to 0.50 pts |" in table
+    assert "trimmed-mean" not in table  # not run: not shown
+
+
 def test_every_study_has_a_page_that_exists_and_cells_on_shipped_experiments():
     from fedhet.config import load_config
     from fedhet.studies import STUDIES, get_study

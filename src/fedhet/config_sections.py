@@ -203,6 +203,9 @@ class AggregationConfig:
     #: centered-clipping: the radius tau and the number of clipping iterations L.
     clipping_tau: float = 1.0
     clipping_iterations: int = 1
+    #: "fedhet" (its own rules) or "flower": the rule computed by Flower's strategy of the same name
+    #: (FedAvg, FedMedian, FedTrimmedAvg, Krum, MultiKrum; needs fedhet[flower]): the anchor of the rules.
+    implementation: str = "fedhet"
 
 
 @dataclass
@@ -230,4 +233,5 @@ CHOICES: dict[tuple[str, str], tuple[Any, ...]] = {
     ("engine", "mode"): ("sequential", "vectorized", "auto"),
     ("eval", "fairness"): ("auto", True, False),
     ("aggregation", "rule"): ("mean", "median", "trimmed-mean", "krum", "multi-krum", "centered-clipping"),
+    ("aggregation", "implementation"): ("fedhet", "flower"),
 }

@@ -8,6 +8,7 @@ value and what is accepted. :func:`~fedhet.config.from_dict` calls both.
 
 from __future__ import annotations
 
+import importlib.util
 import math
 from typing import Any, Protocol
 
@@ -212,6 +213,16 @@ def check_ranges(cfg: ExperimentSections) -> None:
     )
     need(a.clipping_tau > 0, f"aggregation.clipping_tau={a.clipping_tau} must be > 0")
     need(a.clipping_iterations >= 1, f"aggregation.clipping_iterations={a.clipping_iterations} must be >= 1")
+    if a.implementation == "flower":
+        need(
+            a.rule != "centered-clipping",
+            "aggregation.implementation=flower: Flower has no centered-clipping strategy (it has FedAvg, "
+            "FedMedian, FedTrimmedAvg, Krum and MultiKrum); use implementation=fedhet for it",
+        )
+        need(
+            importlib.util.find_spec("flwr") is not None,
+            "aggregation.implementation=flower needs Flower: pip install 'fedhet[flower]'",
+        )
 
 
 def _check_faults(cfg: ExperimentSections) -> None:

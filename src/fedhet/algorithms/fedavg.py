@@ -257,7 +257,7 @@ class FedAvg(Strategy):
         1/n each under the unweighted median and trimmed mean)."""
         settings = self.aggregation_settings
         rule = settings.get("rule", "mean")
-        if rule == "mean":
+        if rule == "mean" and settings.get("implementation", "fedhet") == "fedhet":
             return weighted_average(states, p), p / float(np.sum(p))
         merged, kept = robust_average(states, p, settings, center=self.model.state_dict())
         shares = np.zeros(len(states))

@@ -435,7 +435,8 @@ class OwnModelStrategy(FedAvg):
         sum, keeping the method's weights and their total. ``center`` is where centered clipping starts (the
         global model when ``items`` are models; the zero update by default)."""
         weights = [float(w) for w in weights]
-        if self.aggregation_settings.get("rule", "mean") == "mean":
+        settings = self.aggregation_settings
+        if settings.get("rule", "mean") == "mean" and settings.get("implementation", "fedhet") == "fedhet":
             return weighted_sum(items, weights, self.float_keys)
         total = sum(weights)
         parts = [{k: x[k] for k in self.float_keys} for x in items]

@@ -13,10 +13,14 @@ names follow Flower's strategies of the same rule (FedMedian, FedTrimmedAvg ``be
   method's weights (Blanchard et al., 2017; El Mhamdi et al., 2018).
 - ``centered-clipping``: v ← v + Σ p_i clip_τ(x_i − v) / Σ p_i, L times from v = the previous global model,
   clip_τ(z) = z · min(1, τ/‖z‖) (Karimireddy, He and Jaggi, 2021).
+
+With ``implementation = "flower"`` the rule is computed by Flower's own strategy of the same name
+(:data:`FLOWER_STRATEGIES`, :func:`flower_average`): the anchor that fedhet's rules are Flower's.
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -25,6 +29,16 @@ import torch
 from torch import Tensor
 
 RULES = ("mean", "median", "trimmed-mean", "krum", "multi-krum", "centered-clipping")
+#: rule -> the Flower strategy (flwr.serverapp.strategy) that implements it (``implementation = "flower"``)
+FLOWER_STRATEGIES = {
+    "mean": "FedAvg",
+    "median": "FedMedian",
+    "trimmed-mean": "FedTrimmedAvg",
+    "krum": "Krum",
+    "multi-krum": "MultiKrum",
+}
+#: The [aggregation] keys that are not parameters of a rule.
+_NOT_PARAMETERS = ("rule", "implementation")
 #: Rules that use the method's aggregation weights (the others weigh every kept update alike).
 WEIGHTED_RULES = ("mean", "krum", "multi-krum", "centered-clipping")
 
@@ -121,6 +135,8 @@ def robust_average(
     with the method's weights ``p``: the aggregated state dict and the positions of the models it used.
     ``center`` (the previous global model) is the start of centered clipping. Integer buffers (BatchNorm's
     counters) are the first model's, as in the weighted mean."""
+    if settings.get("implementation", "fedhet") == "flower":
+        return flower_average(states, p, settings)
     keys = [k for k, v in states[0].items() if v.is_floating_point()]
     shapes = [states[0][k].shape for k in keys]
     flat = lambda sd: torch.cat([sd[k].reshape(-1) for k in keys])  # noqa: E731
@@ -131,7 +147,7 @@ def robust_average(
         torch.as_tensor(np.asarray(p, dtype=np.float64), dtype=x.dtype),
         rule,
         center=None if center is None else flat(center).to(x.device, x.dtype),
-        **{k: v for k, v in settings.items() if k != "rule"},
+        **{k: v for k, v in settings.items() if k not in _NOT_PARAMETERS},
     )
     out: dict[str, Tensor] = {}
     offset = 0
@@ -143,3 +159,77 @@ def robust_average(
         if key not in out:
             out[key] = value.clone()
     return {k: out[k] for k in states[0]}, kept
+
+
+class _FlowerReply:
+    """A reply as Flower's strategies read it (``has_error()``, ``content``). Flower's ``Message`` can only be
+    made inside a Flower run (it takes the run's identity); its strategies read nothing else of it."""
+
+    def __init__(self, content: Any) -> None:
+        self.content = content
+
+    def has_error(self) -> bool:
+        return False
+
+
+def flower_strategy(settings: Mapping[str, Any]) -> Any:
+    """Flower's strategy object for ``settings["rule"]``, with fedhet's parameters under Flower's names."""
+    import flwr.serverapp.strategy as strategies
+
+    rule = settings.get("rule", "mean")
+    if rule not in FLOWER_STRATEGIES:
+        raise ValueError(
+            f"Flower has no strategy for the rule {rule!r}; it has {', '.join(FLOWER_STRATEGIES)}"
+        )
+    cls = getattr(strategies, FLOWER_STRATEGIES[rule])
+    if rule == "trimmed-mean":
+        return cls(beta=settings.get("beta", 0.2))
+    if rule == "krum":
+        return cls(num_malicious_nodes=settings.get("num_malicious_nodes", 0))
+    if rule == "multi-krum":
+        return cls(
+            num_malicious_nodes=settings.get("num_malicious_nodes", 0),
+            num_nodes_to_select=settings.get("num_nodes_to_select", 1),
+        )
+    return cls()
+
+
+def flower_average(
+    states: Sequence[Mapping[str, Tensor]], p: Sequence[float] | np.ndarray, settings: Mapping[str, Any]
+) -> tuple[dict[str, Tensor], list[int]]:
+    """:func:`robust_average` computed by Flower's own strategy (:func:`flower_strategy`): its
+    ``aggregate_train`` on the client models as Flower records, each weighted by p_i as its ``num-examples``
+    (Flower's weighting key). Which models Flower used is read back from Flower's own metric aggregation:
+    each reply carries a one-hot metric ``fedhet-used-<i>``, whose weighted average is nonzero exactly for
+    the replies it averaged (Krum's choice; a chosen model of weight 0 reads as unused). Integer buffers are
+    the first model's, as in the weighted mean."""
+    from flwr.app import Array, ArrayRecord, MetricRecord, RecordDict
+
+    keys = [k for k, v in states[0].items() if v.is_floating_point()]
+    n = len(states)
+    replies = []
+    for i, (sd, weight) in enumerate(zip(states, np.asarray(p, dtype=np.float64), strict=True)):
+        arrays = ArrayRecord({k: Array(sd[k].detach().cpu().numpy()) for k in keys})
+        metrics = MetricRecord(
+            {"num-examples": float(weight), **{f"fedhet-used-{j}": float(j == i) for j in range(n)}}
+        )
+        replies.append(_FlowerReply(RecordDict({"arrays": arrays, "metrics": metrics})))
+    quiet = logging.getLogger("flwr")
+    level = quiet.level
+    quiet.setLevel(logging.WARNING)  # Flower logs every aggregation at INFO ("Received n results")
+    try:
+        arrays, metrics = flower_strategy(settings).aggregate_train(1, replies)
+    finally:
+        quiet.setLevel(level)
+    out = {
+        k: torch.from_numpy(np.array(arrays[k].numpy())).to(states[0][k].device, states[0][k].dtype)
+        for k in keys
+    }
+    for key, value in states[0].items():
+        if key not in out:
+            out[key] = value.clone()
+    if settings.get("rule", "mean") in WEIGHTED_RULES:
+        used = [j for j in range(n) if float(metrics[f"fedhet-used-{j}"]) != 0.0]
+    else:  # FedMedian and FedTrimmedAvg take every reply, whatever its weight
+        used = list(range(n))
+    return {k: out[k] for k in states[0]}, used

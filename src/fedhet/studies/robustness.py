@@ -16,7 +16,7 @@ seeds), then checks the defaults against their targets.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -51,11 +51,25 @@ def _rules(f: int) -> dict[str, dict[str, Any]]:
     }
 
 
+#: rule -> the column of the same rule computed by Flower's own strategy (the anchor)
+FLOWER_COLUMNS = {"median": "Flower FedMedian", "trimmed-mean": "Flower FedTrimmedAvg", "krum": "Flower Krum"}
+
+
+def _flower_rules(f: int) -> dict[str, dict[str, Any]]:
+    """The rules of :data:`FLOWER_COLUMNS`, set as :func:`_rules` sets them, computed by Flower's own
+    strategies (``aggregation.implementation = "flower"``)."""
+    rules = _rules(f)
+    return {
+        f"flower-{rule}": {**rules[rule], "aggregation.implementation": "flower"} for rule in FLOWER_COLUMNS
+    }
+
+
 #: table column -> (variant, method); a variant is a cell of each row
 COLUMNS: dict[str, tuple[str, str]] = {
     "FedAvg": ("undefended", "fedavg"),
     "FedAvg, defaults": ("defaults", "fedavg"),
     **{f"+ {rule}": (rule, "fedavg") for rule in _rules(1)},
+    **{column: (f"flower-{rule}", "fedavg") for rule, column in FLOWER_COLUMNS.items()},
     "CELM": ("defaults", "celm"),
     "CGSV": ("defaults", "cgsv"),
     "ShapFed": ("defaults", "shapfed"),
@@ -79,6 +93,7 @@ def _variants(f: int) -> dict[str, tuple[tuple[str, ...], dict[str, Any]]]:
         "undefended": (("fedavg",), UNDEFENDED),
         "defaults": (DEFAULTS_METHODS, {}),
         **{rule: (("fedavg",), sets) for rule, sets in _rules(max(f, 1)).items()},
+        **{rule: (("fedavg",), sets) for rule, sets in _flower_rules(max(f, 1)).items()},
     }
 
 
@@ -93,6 +108,60 @@ def cells() -> list[CompareCell]:
             sets = {"guards.max_all_rejected_rounds": 0, **fault, **overrides}
             out.append(CompareCell(f"{row_name(behaviour, f)}/{variant}", CONFIG, methods, sets))
     return out
+
+
+#: The engine check: these rows' Flower columns, seed 0, run again through Flower's simulation engine (Ray
+#: and Flower's Grid between the server and the clients), to show the table's embedded runs are what a
+#: Flower federation gets. Few rows: a Flower-engine run costs ~6× an embedded one on 2 cores.
+ENGINE_CHECK_ROWS: tuple[tuple[str, int], ...] = (("clean", 0), ("ipm", 3))
+ENGINE_CHECK_DIR = "flower-engine"
+
+
+def engine_check_runs(out: Path) -> list[tuple[CompareCell, Path, Path]]:
+    """(cell, its embedded seed-0 run, the Flower-engine run of it) for every engine-check cell."""
+    wanted = {f"{row_name(b, f)}/flower-{rule}" for b, f in ENGINE_CHECK_ROWS for rule in FLOWER_COLUMNS}
+    return [
+        (cell, out / cell.path / "fedavg-seed0", out / ENGINE_CHECK_DIR / cell.path / "fedavg-seed0")
+        for cell in cells()
+        if cell.path in wanted
+    ]
+
+
+def run_engine_check(out: Path, echo: Callable[[str], None]) -> None:
+    """The engine-check cells through ``--engine flower-simulation`` (finished ones kept)."""
+    from fedhet.api import run
+
+    for n, (cell, _, target) in enumerate(engine_check_runs(out), 1):
+        if (target / "summary.json").is_file():
+            continue
+        echo(f"[Flower engine {n}/{len(FLOWER_COLUMNS) * len(ENGINE_CHECK_ROWS)}] {cell.path}, seed 0")
+        overrides = {**cell.overrides, "method.name": "fedavg", "seed": 0}
+        run(cell.config, overrides=overrides, out=target, overwrite=True, engine="flower-simulation")
+
+
+def engine_check_lines(out: Path) -> list[str]:
+    """The engine check as a Markdown table: each cell's accuracy, embedded and on Flower's engine."""
+    rows = []
+    for cell, embedded, flower in engine_check_runs(out):
+        if not ((embedded / "summary.json").is_file() and (flower / "summary.json").is_file()):
+            continue
+        ours = [line.get("accuracy") for line in read_lines(embedded) if "accuracy" in line]
+        theirs = [line.get("accuracy") for line in read_lines(flower) if "accuracy" in line]
+        same = (
+            "identical"
+            if ours == theirs
+            else (
+                f"differ by up to {100 * max(abs(a - b) for a, b in zip(ours, theirs, strict=False)):.2f} pts"
+            )
+        )
+        rows.append(f"| {cell.path} | {100 * ours[-1]:.2f} | {100 * theirs[-1]:.2f} | {same} |")
+    if not rows:
+        return ["Not run yet (`fedhet robustness run` runs it after the cells)."]
+    return [
+        "| cell (seed 0) | embedded engine, final accuracy % | Flower simulation engine | every evaluation |",
+        "|---|---|---|---|",
+        *rows,
+    ]
 
 
 def hostile_weight(run_dir: Path, method: str, hostile: tuple[int, ...]) -> float:
@@ -297,6 +366,7 @@ STUDY = Study(
     table=table,
     figure=figure,
     default_figure="docs/figures/robustness.png",
+    after_cells=run_engine_check,
 )
 
 
@@ -353,7 +423,10 @@ when every update is rejected (a collapsed model is a result here).
 guards at 10× the round's median, non-finite updates rejected, FedRAC's delivery record); FedAvg with each
 robust rule on top of the defaults (`aggregation.rule`: median; trimmed mean, β = 0.3; Krum and Multi-Krum
 with f assumed hostile, Multi-Krum averaging the 10 − f lowest scores; centered clipping, τ = 1, one
-iteration); CELM, CGSV, ShapFed and FedRAC with the defaults.
+iteration); the same median, trimmed mean and Krum computed by Flower's own strategies (FedMedian,
+FedTrimmedAvg, Krum from `flwr.serverapp.strategy`, `aggregation.implementation = "flower"`: Flower's
+`aggregate_train` on the round's replies), the anchor that fedhet's rules are Flower's; CELM, CGSV, ShapFed
+and FedRAC with the defaults.
 
 **Provenance.** `{COMMAND}` (resumable: it adds the seeds not yet recorded), then `fedhet robustness page`;
 the cells below hold {seeds_text} seed(s), recorded at commit(s) {recorded}, {hours:.1f} CPU-hours in all, on
@@ -370,7 +443,15 @@ in a clean run.
 ## The table
 
 {chr(10).join(table_lines(found))}
-{figure_line}"""
+{figure_line}
+## On Flower's engine
+
+The cells above run in fedhet's embedded engine. The Flower columns of the rows below were run again, seed
+0, through Flower's simulation engine (`--engine flower-simulation`: Ray, and Flower's Grid carrying every
+instruction and reply between the server and the clients):
+
+{chr(10).join(engine_check_lines(out))}
+"""
 
 
 def write_page(out: Path, root: Path, draw: bool = True) -> Path:
