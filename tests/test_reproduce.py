@@ -408,3 +408,73 @@ def test_a_two_phase_table_runs_its_warm_start_first_and_prints_its_gates(tmp_pa
     assert gates[0] == ("pass" if gap >= 8 else "FAIL", f"all labels − labeled-only ≥ 8 points ({gap:+.2f})")
     assert [g[0] for g in gates[3:]] == ["FAIL"] * 3 and "one seed cannot show it" in gates[3][1]
     assert "**Verdict: NOT a test of the claim" in text
+
+
+def test_a_cell_whose_record_still_holds_is_taken_from_it_and_not_run_again(tmp_path, capsys, monkeypatch):
+    """--page leaves a record per cell; a later reproduction into an empty output folder takes every cell
+    whose record holds the same experiment and code digest from it (nothing runs, the same numbers), and
+    runs again the cells whose record names other code."""
+    import fedhet.comparison as comparison
+    import fedhet.reproduce.cells as cells
+
+    monkeypatch.setattr(cells, "_computed_by_this_code", lambda summary: True)  # a clean checkout's runs
+    (tmp_path / "small.toml").write_text(
+        "[data]\ndataset = 'digits'\nsplit = 'iid'\nclients = 3\n[model]\nname = 'mlp'\n[train]\nrounds = 2\n"
+    )
+    spec = tmp_path / "t.toml"
+    spec.write_text(
+        "title = 't'\nmetric = 'accuracy'\nscale = 100\nseeds = 2\nmethods = ['fedavg', 'fedprox']\n"
+        "[[rows]]\nname = 'IID'\nconfig = 'small.toml'\npaper = { fedavg = 90.0 }\n"
+    )
+    page = tmp_path / "results" / "t.md"
+    argv = ["reproduce", str(spec), "--page", str(page), "--quiet", "--json"]
+    assert main([*argv, "--out", str(tmp_path / "first")]) == 0
+    first = json.loads(capsys.readouterr().out.strip().splitlines()[-1])["results"][0]
+    records = sorted(p.name for p in (page.parent / "cells" / "t" / "full" / "iid").glob("*.json"))
+    assert records == ["fedavg-seed0.json", "fedavg-seed1.json", "fedprox-seed0.json", "fedprox-seed1.json"]
+    ran = []
+    real = comparison.run_comparison
+    monkeypatch.setattr(
+        comparison,
+        "run_comparison",
+        lambda base, methods, seeds, *a, **k: (
+            ran.append((methods, seeds)) or real(base, methods, seeds, *a, **k)
+        ),
+    )
+    assert main([*argv, "--out", str(tmp_path / "second")]) == 0
+    second = json.loads(capsys.readouterr().out.strip().splitlines()[-1])["results"][0]
+    assert ran == [] and not (tmp_path / "second" / "iid").exists()  # nothing ran
+    for m in ("fedavg", "fedprox"):
+        assert second["methods"][m]["per_seed"] == first["methods"][m]["per_seed"]
+        assert second["methods"][m]["ours"] == pytest.approx(first["methods"][m]["ours"], abs=1e-9)
+    assert set(second["recorded"]["fedavg"]) == {"0", "1"}
+    assert "Its 4 runs (4 of them taken from their cell records" in page.read_text()
+    # fedprox seed 1's record names other code: that cell's method runs again (both seeds: a sub-grid)
+    path = page.parent / "cells" / "t" / "full" / "iid" / "fedprox-seed1.json"
+    record = json.loads(path.read_text())
+    path.write_text(json.dumps({**record, "code": "0000000000000000"}))
+    assert main([*argv, "--out", str(tmp_path / "third")]) == 0
+    third = json.loads(capsys.readouterr().out.strip().splitlines()[-1])["results"][0]
+    assert ran == [(["fedprox"], [1])]
+    assert third["methods"]["fedprox"]["per_seed"] == first["methods"]["fedprox"]["per_seed"]  # same code
+    assert set(third["recorded"]) == {"fedavg", "fedprox"} and set(third["recorded"]["fedprox"]) == {"0"}
+
+
+def test_a_record_is_trusted_only_for_runs_of_this_clean_commit(monkeypatch):
+    import fedhet.reproduce.cells as cells
+
+    monkeypatch.setattr(cells, "commit", lambda: "abc1234")
+    assert cells._computed_by_this_code({"fedhet_commit": "abc1234"})
+    assert not cells._computed_by_this_code({"fedhet_commits": [{"commit": "abc1234"}, {"commit": "0ld"}]})
+    monkeypatch.setattr(cells, "commit", lambda: "abc1234 (with uncommitted changes)")
+    assert not cells._computed_by_this_code({"fedhet_commit": "abc1234 (with uncommitted changes)"})
+    # the digest covers the method's own files and the engine, not another method's
+    files = {str(p.relative_to(cells.PACKAGE)) for p in cells.method_code_files("celm")}
+    assert {
+        "algorithms/celm.py",
+        "algorithms/fedavg.py",
+        "engine/rounds.py",
+        "data/splits/dirichlet.py",
+    } <= files
+    assert "algorithms/proxyfl.py" not in files and "cli/run.py" not in files
+    assert cells.code_digest("celm") != cells.code_digest("fedavg")

@@ -68,6 +68,24 @@ def method_config(
     return cfg
 
 
+def comparison_configs(
+    base: ExperimentConfig,
+    methods: list[str],
+    seeds: list[int],
+    method_params: dict[str, dict[str, Any]] | None = None,
+) -> list[ExperimentConfig]:
+    """Every (method, seed) cell's config as :func:`run_comparison` runs it (the method defaults applied to a
+    copy of ``base``), seed-major."""
+    method_params = method_params or {}
+    shared = base.copy()
+    strategies = [
+        build_strategy(m, method_config(shared, m, shared.seed, method_params.get(m)).method.params)
+        for m in methods
+    ]
+    apply_method_defaults(shared, strategies)
+    return [method_config(shared, m, s, method_params.get(m)) for s in seeds for m in methods]
+
+
 def _needs_standalone(cfg: ExperimentConfig, auto: bool | None = None) -> bool:
     return needs_reference(cfg, build_strategy(cfg.method.name, cfg.method.params), auto=auto)
 

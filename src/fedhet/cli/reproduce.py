@@ -37,6 +37,12 @@ def register(sub: argparse._SubParsersAction) -> None:
         action="append",
         help="run only rows whose name contains this text (repeat it for rows matching any of several)",
     )
+    p.add_argument(
+        "--no-records",
+        action="store_true",
+        help="with --page: run every cell, even one whose record under the page's cells/ still holds (same "
+        "experiment, same method code)",
+    )
     p.add_argument("--jobs", type=int, default=1, help="worker processes (as in `fedhet compare`)")
     p.add_argument("--methods", help="run only these methods (comma-separated)")
     p.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE")
@@ -117,6 +123,8 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
     args.resume_command = rerun_command(getattr(args, "argv", []), out_dir)
     if not args.quiet:
         console.print(f"{spec.title}: scale {scale.name} ({scale.note}); output {out_dir}")
+    # each finished cell leaves a record beside the page; a cell whose record still holds is not run again
+    cells_dir = Path(args.page).parent / "cells" if args.page and not args.no_records else None
     started = time.perf_counter()
     with RunProgress(console, enabled=not args.quiet) as prog:
         results = run_spec(
@@ -129,6 +137,7 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
             progress=prog.callback,
             jobs=args.jobs,
             scale=scale.name,
+            cells_dir=cells_dir,
         )
     wall = time.perf_counter() - started
     md = write_results(spec, results, out_dir, scale=scale.name)
@@ -136,7 +145,6 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
         from fedhet.report.provenance import commit
 
         command = reproduce_command(args, spec.path.stem, scale.name)
-        # each finished cell leaves a record beside the page, so its findings accumulate across sessions
         cells_dir = Path(args.page).parent / "cells"
         write_records(spec, results, cells_dir, scale=scale.name, command=command, machine=machine_line())
         page_results = keep_page_rows(spec, results, kept) if kept else results

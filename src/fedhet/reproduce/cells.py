@@ -5,16 +5,70 @@ records stay (``docs/results/cells/<table>/<scale>/<row>/<method>-seed<k>.json``
 judged from every seed ever measured for it, not only from this session's. A record holds the run's summary
 views (final, best, last-10) of every scalar metric, its rounds, clients and model, the commits that computed
 it, its wall time and the command that made it.
+
+A record also holds what made its number: the run's experiment fingerprint and a digest of the code that
+computes a cell of its method (:func:`code_digest`). ``fedhet reproduce --page`` takes a cell whose record
+matches both from the record instead of running it again (:func:`recorded_summaries`), so a long table
+fills across sessions; a change to the method's code, or to the engine, data or models, runs it again.
 """
 
 from __future__ import annotations
 
+import ast
+import hashlib
 import json
 import math
+from collections.abc import Sequence
+from functools import cache
 from pathlib import Path
 from typing import Any
 
+from fedhet.code_version import PACKAGE, commit
+from fedhet.config import ExperimentConfig, load_config
 from fedhet.reproduce.spec import Spec
+
+#: Parts of the package that cannot change a cell's numbers: the commands, the tables and pages, the
+#: studies, the reports and the Flower adapter (its runs equal the embedded engine's, tested).
+NOT_COMPUTING = ("cli", "reproduce", "studies", "report", "flower", "api.py", "__main__.py")
+
+
+def method_code_files(method: str) -> list[Path]:
+    """The source files that compute a cell of ``method``: every module of the package outside
+    :data:`NOT_COMPUTING` and ``algorithms/``, and of ``algorithms/`` the registry, the modules of the
+    method's strategy and trainer class hierarchies and what they import from ``fedhet.algorithms``."""
+    import inspect
+
+    from fedhet.algorithms import strategy_class
+
+    cls = strategy_class(method)
+    classes = [*cls.__mro__, *getattr(cls, "trainer_class", object).__mro__]
+    todo = [Path(inspect.getsourcefile(c)) for c in classes if c.__module__.startswith("fedhet.algorithms")]
+    algorithms = PACKAGE / "algorithms"
+    reached = {algorithms / "__init__.py"}
+    while todo:
+        path = todo.pop()
+        if path in reached:
+            continue
+        reached.add(path)
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("fedhet.algorithms."):
+                todo.append(algorithms / (node.module.split(".")[2] + ".py"))
+    others = [
+        p
+        for p in PACKAGE.rglob("*.py")
+        if p.relative_to(PACKAGE).parts[0] not in (*NOT_COMPUTING, "algorithms")
+    ]
+    return sorted(reached | set(others))
+
+
+@cache
+def code_digest(method: str) -> str:
+    """A short sha256 of :func:`method_code_files` (paths and contents)."""
+    h = hashlib.sha256()
+    for path in method_code_files(method):
+        h.update(str(path.relative_to(PACKAGE)).encode() + b"\0" + path.read_bytes() + b"\0")
+    return h.hexdigest()[:16]
+
 
 VIEWS = ("final", "best", "last")
 
@@ -48,7 +102,11 @@ def write_records(
                 if not source.is_file():
                     continue
                 summary = json.loads(source.read_text())
+                config = source.parent / "config.toml"
                 record = {
+                    # what made the number: taken again from here only while both still hold
+                    "experiment": load_config(config).run_fingerprint() if config.is_file() else None,
+                    "code": code_digest(method) if _computed_by_this_code(summary) else None,
                     "table": spec.path.stem,
                     "scale": scale,
                     "row": r["row"],
@@ -69,6 +127,39 @@ def write_records(
                 path.write_text(json.dumps(record, indent=1, sort_keys=True) + "\n")
                 written.append(path)
     return written
+
+
+def _computed_by_this_code(summary: dict[str, Any]) -> bool:
+    """Whether every round of the run was computed at this checkout's commit, with no uncommitted change."""
+    here = commit()
+    stretches = summary.get("fedhet_commits") or [{"commit": summary.get("fedhet_commit")}]
+    return "uncommitted" not in here and all(c.get("commit") == here for c in stretches)
+
+
+def recorded_summaries(
+    cells_dir: Path, spec: Spec, scale: str, row_folder: str, configs: Sequence[ExperimentConfig]
+) -> dict[tuple[str, int], dict[str, Any]]:
+    """(method, seed) -> a summary rebuilt from its record, for each of ``configs`` (one per method and seed,
+    as the run would have it) whose record holds the same experiment and the same code digest."""
+    out = {}
+    folder = record_dir(cells_dir, spec, scale, row_folder)
+    for cfg in configs:
+        method, seed = cfg.method.name, cfg.seed
+        path = folder / f"{method}-seed{seed}.json"
+        if not path.is_file():
+            continue
+        record = json.loads(path.read_text())
+        if record.get("experiment") != cfg.run_fingerprint() or record.get("code") != code_digest(method):
+            continue
+        views = record.get("views") or {}
+        out[method, seed] = {
+            "seed": seed,
+            **{view: dict(views.get(view) or {}) for view in VIEWS},
+            "wall_time_s": record.get("wall_time_s"),
+            "fedhet_commits": [{"commit": c} for c in record.get("commits") or []],
+            "from_record": str(path),
+        }
+    return out
 
 
 def fill_from_records(spec: Spec, results: list[dict[str, Any]], cells_dir: Path, *, scale: str) -> None:

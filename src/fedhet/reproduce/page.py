@@ -29,9 +29,10 @@ _PAGE_MARK = re.compile(
 
 
 def cell_provenance(results: list[dict[str, Any]]) -> dict[str, Any]:
-    """The runs behind a page's cells (read from their summary.json): how many, their summed wall time, and
-    the fedhet commits that computed them (where recorded)."""
-    runs, seconds, commits = 0, 0.0, set()
+    """The runs behind a page's cells (read from their summary.json, or from the cell record a cell was taken
+    from): how many, how many of those from records, their summed wall time, and the fedhet commits that
+    computed them (where recorded)."""
+    runs, from_records, seconds, commits = 0, 0, 0.0, set()
     seen = set()
     for r in results:
         if not (r["available"] and r.get("run_dir")):
@@ -39,17 +40,24 @@ def cell_provenance(results: list[dict[str, Any]]) -> dict[str, Any]:
         for m in r["methods"]:
             for seed in r["seeds"]:
                 path = Path(r["run_dir"]) / f"{m}-seed{seed}" / "summary.json"
-                if path in seen or not path.is_file():
+                summary = (r.get("recorded") or {}).get(m, {}).get(str(seed))
+                if summary is not None:  # taken from its record
+                    from_records += 1
+                    path = Path(f"record:{r['run_dir']}/{m}-seed{seed}")
+                elif path in seen or not path.is_file():
+                    continue
+                else:
+                    summary = json.loads(path.read_text())
+                if path in seen:
                     continue
                 seen.add(path)
-                summary = json.loads(path.read_text())
                 runs += 1
                 seconds += float(summary.get("wall_time_s") or 0.0)
                 # every commit a run's rounds were computed at (a resumed run may have several); older
                 # summaries name one, read when they were written
                 stretches = summary.get("fedhet_commits") or [{"commit": summary.get("fedhet_commit")}]
                 commits.update(str(c["commit"]) for c in stretches if c.get("commit"))
-    return {"runs": runs, "run_seconds": seconds, "commits": sorted(commits)}
+    return {"runs": runs, "from_records": from_records, "run_seconds": seconds, "commits": sorted(commits)}
 
 
 def render_page(
@@ -79,9 +87,15 @@ def render_page(
         )
         ran = [f"`{r['row']}`" for r in results if r["available"] and r.get("run_dir")]
         which = f" (rows {', '.join(ran)})" if any(r.get("kept") for r in results) else ""
+        records = (
+            f" ({cells['from_records']} of them taken from their cell records under cells/: same experiment, "
+            "same method code)"
+            if cells["from_records"]
+            else ""
+        )
         computed = (
-            f" Its {cells['runs']} runs{which} took {cells['run_seconds'] / 60:.1f} min of compute together; "
-            f"they were computed at commit {made}."
+            f" Its {cells['runs']} runs{which}{records} took {cells['run_seconds'] / 60:.1f} min of compute "
+            f"together; they were computed at commit {made}."
         )
     else:
         computed = ""

@@ -68,15 +68,19 @@ def run_spec(
     progress=None,
     jobs: int = 1,
     scale: str = "full",
+    cells_dir: Path | None = None,
 ) -> list[dict[str, Any]]:
     """Run the selected rows at ``scale``; one result dict per row with our mean/std and the paper's value
     per method. The scale's overrides come first, ``overrides`` (the user's) after them. ``rows``: the text
     (or texts) a row's name must contain to run; the others are listed as not part of this reproduction.
 
     Runs already finished in ``out_dir`` are reused (see :func:`fedhet.comparison.run_comparison`), so an
-    interrupted reproduction continues where it stopped.
+    interrupted reproduction continues where it stopped. With ``cells_dir``, a cell whose record there holds
+    the same experiment and code (:func:`fedhet.reproduce.cells.recorded_summaries`) is taken from its record
+    and not run; the row's ``recorded`` lists them.
     """
-    from fedhet.comparison import VIEW_KEYS, aggregate_rows, run_comparison
+    from fedhet.comparison import VIEW_KEYS, aggregate_rows, comparison_configs, run_comparison
+    from fedhet.reproduce.cells import recorded_summaries
 
     chosen = spec.at_scale(scale)
     wanted_rows = [rows] if isinstance(rows, str) else list(rows or [])  # a row matching any is run
@@ -115,19 +119,42 @@ def run_spec(
         seed_list = [base.seed + i for i in range(n_seeds)]
         params = {m: {**spec.method_params.get(m, {}), **row.method_params.get(m, {})} for m in wanted}
         slug = row.folder
-        if row.warmstart is not None:  # phase A first; the row's methods start from its models
+        if row.warmstart is not None:  # the row's methods start from phase A's models (run below if needed)
             warm_config, warm_method = row.warmstart
-            warm = configured(warm_config, row.overrides + overrides)
             warm_dir = out_dir / f"{slug}-warmstart"
-            run_comparison(warm, [warm_method], seed_list, warm_dir, progress=progress, jobs=jobs)
             base.model.init_from = str(warm_dir / f"{warm_method}-seed{{seed}}")
         key = (base.fingerprint(), tuple(wanted), tuple(seed_list), json.dumps(params, sort_keys=True))
         if key not in done:
             while any(d[1] == out_dir / slug for d in done.values()):
                 slug += "-b"
-            summaries = run_comparison(
-                base, wanted, seed_list, out_dir / slug, method_params=params, progress=progress, jobs=jobs
-            )
+            recorded = {}
+            if cells_dir is not None:
+                configs = comparison_configs(base, wanted, seed_list, params)
+                recorded = recorded_summaries(cells_dir, spec, scale, row.folder, configs)
+            # the cells without a valid record: every seed of a method that misses one (a sub-grid)
+            to_run = [m for m in wanted if any((m, s) not in recorded for s in seed_list)]
+            run_seeds = [s for s in seed_list if any((m, s) not in recorded for m in to_run)]
+            ran: dict[str, list[dict[str, Any]]] = {}
+            if to_run:
+                if row.warmstart is not None:  # phase A first
+                    warm = configured(warm_config, row.overrides + overrides)
+                    run_comparison(warm, [warm_method], run_seeds, warm_dir, progress=progress, jobs=jobs)
+                ran = run_comparison(
+                    base,
+                    to_run,
+                    run_seeds,
+                    out_dir / slug,
+                    method_params=params,
+                    progress=progress,
+                    jobs=jobs,
+                )
+            summaries = {
+                m: [
+                    ran[m][run_seeds.index(s)] if m in ran and s in run_seeds else recorded[m, s]
+                    for s in seed_list
+                ]
+                for m in wanted
+            }
             done[key] = ({r["method"]: r for r in aggregate_rows(summaries)}, out_dir / slug, summaries)
         agg, run_dir, per_run = done[key]
         entry.update(
@@ -137,6 +164,16 @@ def run_spec(
                 "clients": base.data.clients,
                 "model": base.model.name,
                 "run_dir": str(run_dir),
+                # method -> seed -> the wall time and commits of a cell taken from its record, not run now
+                "recorded": {
+                    m: {
+                        str(r["seed"]): {"wall_time_s": r.get("wall_time_s"), "commits": r["fedhet_commits"]}
+                        for r in per_run[m]
+                        if r.get("from_record")
+                    }
+                    for m in wanted
+                    if any(r.get("from_record") for r in per_run[m])
+                },
             }
         )
         key_mean, key_std = VIEW_KEYS[spec.view]
