@@ -417,7 +417,7 @@ def test_a_cell_whose_record_still_holds_is_taken_from_it_and_not_run_again(tmp_
     import fedhet.comparison as comparison
     import fedhet.reproduce.cells as cells
 
-    monkeypatch.setattr(cells, "_computed_by_this_code", lambda summary: True)  # a clean checkout's runs
+    monkeypatch.setattr(cells, "computed_by_this_code", lambda summary, method: True)  # a clean checkout
     (tmp_path / "small.toml").write_text(
         "[data]\ndataset = 'digits'\nsplit = 'iid'\nclients = 3\n[model]\nname = 'mlp'\n[train]\nrounds = 2\n"
     )
@@ -460,14 +460,35 @@ def test_a_cell_whose_record_still_holds_is_taken_from_it_and_not_run_again(tmp_
     assert set(third["recorded"]) == {"fedavg", "fedprox"} and set(third["recorded"]["fedprox"]) == {"0"}
 
 
-def test_a_record_is_trusted_only_for_runs_of_this_clean_commit(monkeypatch):
+def test_a_record_is_trusted_only_where_git_finds_the_methods_code_unchanged(monkeypatch):
+    import subprocess
+
     import fedhet.reproduce.cells as cells
 
-    monkeypatch.setattr(cells, "commit", lambda: "abc1234")
-    assert cells._computed_by_this_code({"fedhet_commit": "abc1234"})
-    assert not cells._computed_by_this_code({"fedhet_commits": [{"commit": "abc1234"}, {"commit": "0ld"}]})
-    monkeypatch.setattr(cells, "commit", lambda: "abc1234 (with uncommitted changes)")
-    assert not cells._computed_by_this_code({"fedhet_commit": "abc1234 (with uncommitted changes)"})
+    asked, answers = [], {}
+    monkeypatch.setattr(
+        cells.subprocess,
+        "run",
+        lambda cmd, **kw: asked.append(cmd[3:5]) or subprocess.CompletedProcess(cmd, answers.get(cmd[3], 0)),
+    )
+    runs = {"fedhet_commits": [{"commit": "abc1234"}, {"commit": "def5678"}]}
+    assert cells.computed_by_this_code(runs, "celm")
+    # each commit the run's rounds were computed at against HEAD, then HEAD against the working tree
+    assert asked == [["abc1234", "HEAD"], ["def5678", "HEAD"], ["HEAD", "--"]]
+    answers["def5678"] = 1  # the method's files differ between that commit and HEAD
+    assert not cells.computed_by_this_code(runs, "celm")
+    answers.clear()
+    answers["HEAD"] = 1  # uncommitted changes in them
+    assert not cells.computed_by_this_code(runs, "celm")
+    answers.clear()
+    asked.clear()
+    for unusable in (
+        {"fedhet_commit": "abc1234 (with uncommitted changes)"},
+        {"fedhet_commit": "unknown"},
+        {},
+    ):
+        assert not cells.computed_by_this_code(unusable, "celm")
+    assert asked == []  # refused without asking git
     # the digest covers the method's own files and the engine, not another method's
     files = {str(p.relative_to(cells.PACKAGE)) for p in cells.method_code_files("celm")}
     assert {

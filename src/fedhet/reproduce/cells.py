@@ -18,12 +18,13 @@ import ast
 import hashlib
 import json
 import math
+import subprocess
 from collections.abc import Sequence
 from functools import cache
 from pathlib import Path
 from typing import Any
 
-from fedhet.code_version import PACKAGE, commit
+from fedhet.code_version import PACKAGE
 from fedhet.config import ExperimentConfig, load_config
 from fedhet.reproduce.spec import Spec
 
@@ -106,7 +107,7 @@ def write_records(
                 record = {
                     # what made the number: taken again from here only while both still hold
                     "experiment": load_config(config).run_fingerprint() if config.is_file() else None,
-                    "code": code_digest(method) if _computed_by_this_code(summary) else None,
+                    "code": code_digest(method) if computed_by_this_code(summary, method) else None,
                     "table": spec.path.stem,
                     "scale": scale,
                     "row": r["row"],
@@ -129,11 +130,23 @@ def write_records(
     return written
 
 
-def _computed_by_this_code(summary: dict[str, Any]) -> bool:
-    """Whether every round of the run was computed at this checkout's commit, with no uncommitted change."""
-    here = commit()
+def computed_by_this_code(summary: dict[str, Any], method: str) -> bool:
+    """Whether the run's numbers come from the code here: every commit its rounds were computed at is clean
+    and holds the same :func:`method_code_files` as this checkout, which has no uncommitted change in them
+    (``git diff``; False outside a git checkout)."""
     stretches = summary.get("fedhet_commits") or [{"commit": summary.get("fedhet_commit")}]
-    return "uncommitted" not in here and all(c.get("commit") == here for c in stretches)
+    commits = {str(c.get("commit")) for c in stretches}
+    if not commits or any(not c or c == "None" or " " in c or c == "unknown" for c in commits):
+        return False  # not recorded, or computed with uncommitted changes
+    files = [str(p) for p in method_code_files(method)]
+    for against in (*sorted(commits), None):  # each run commit against HEAD, then HEAD against the tree
+        command = ["git", "diff", "--quiet", *([against, "HEAD"] if against else ["HEAD"]), "--", *files]
+        try:
+            if subprocess.run(command, cwd=PACKAGE, capture_output=True).returncode != 0:
+                return False
+        except OSError:
+            return False
+    return True
 
 
 def recorded_summaries(
