@@ -16,6 +16,7 @@ from fedhet.reproduce.claims import (
     HOLDS,
     UNRESOLVED,
     Claim,
+    evaluate,
     findings_section,
     judge,
     judge_row,
@@ -150,3 +151,63 @@ def test_a_table_leads_with_the_verdicts_of_its_claims_computed_from_its_runs(tm
     shutil.rmtree(tmp_path / "cells")
     assert main([*argv, "--rows", "no such row"]) == 0
     assert "measured earlier and kept on the page; its per-seed values were not recorded" in page.read_text()
+
+
+def _one_method_rows(**rows):
+    return [{"row": name, "methods": {"celm": {"per_seed": dict(enumerate(v))}}} for name, v in rows.items()]
+
+
+def test_a_claim_across_two_rows_pairs_one_methods_seeds():
+    """d = (85.0 − 84.0, 84.9 − 84.0, 85.2 − 84.1) = (1.0, 0.9, 1.1): mean 1.0, sd 0.1, half-width
+    t(0.975, 2) · 0.1 / √3 = 4.3027 · 0.057735 = 0.24841 (by hand): [0.7516, 1.2484], holds."""
+    (claim,) = load_claims(
+        Path("t"),
+        [{"text": "short warm-up wins", "method": "celm", "better_row": ", 5%", "than_row": ", 30%"}],
+        ["celm"],
+    )
+    results = _one_method_rows(
+        **{"Dir, 5%": [85.0, 84.9, 85.2], "Dir, 15%": [1, 2, 3], "Dir, 30%": [84.0, 84.0, 84.1]}
+    )
+    ((_, verdict, (row,)),) = evaluate([claim], results)
+    assert verdict == "holds" and row.row == "Dir, 5% vs Dir, 30%" and row.seeds == 3
+    assert (row.mean, row.low, row.high) == pytest.approx((1.0, 0.75159, 1.24841), abs=1e-4)
+    assert "`celm`: , 5% vs , 30%" in "\n".join(findings_section([claim], results, "points"))
+    (ambiguous,) = load_claims(
+        Path("t"), [{"text": "x", "method": "celm", "better_row": "Dir", "than_row": "30%"}], ["celm"]
+    )
+    with pytest.raises(ConfigError, match="'Dir' is part of 3 row names"):
+        evaluate([ambiguous], results)
+
+
+def test_a_claim_against_a_level_judges_each_row_by_its_distance_to_it():
+    """below 1.0: d = 1.0 − value. (0.5, 0.6, 0.55): d = (0.5, 0.4, 0.45), mean 0.45, sd 0.05, half-width
+    4.3027 · 0.05 / √3 = 0.12421 (by hand): holds; (1.5, 1.4, 1.45): the mirror image, contradicted;
+    above 1.0 on the first: contradicted."""
+    results = _one_method_rows(
+        **{"N = 5, weight × N": [0.5, 0.6, 0.55], "N = 10, weight × N": [1.5, 1.4, 1.45]}
+    )
+    below, above = load_claims(
+        Path("t"),
+        [{"text": "less than a fair share", "method": "celm", "below": 1.0},
+         {"text": "more", "method": "celm", "above": 1.0, "rows": ["N = 5"]}],
+        ["celm"],
+    )  # fmt: skip
+    (_, verdict, (five, ten)), (_, above_verdict, (only,)) = evaluate([below, above], results)
+    assert (five.verdict, ten.verdict, verdict) == ("holds", "contradicted", "contradicted")
+    assert (five.mean, five.low, five.high) == pytest.approx((0.45, 0.32579, 0.57421), abs=1e-4)
+    assert (only.verdict, above_verdict) == ("contradicted", "contradicted")
+    assert only.mean == pytest.approx(-0.45)
+
+
+def test_a_claim_takes_one_form():
+    for bad in (
+        {"text": "t", "method": "celm", "better": "celm", "than": "celm", "below": 1},
+        {"text": "t", "method": "celm"},
+        {"text": "t", "method": "celm", "above": 1, "below": 2},
+        {"text": "t", "method": "celm", "better_row": "a", "than_row": "b", "below": 1},
+        {"text": "t", "better": "celm", "than": "celm", "above": 1},
+    ):
+        with pytest.raises(ConfigError, match="must have one of"):
+            load_claims(Path("t"), [bad], ["celm"])
+    with pytest.raises(ConfigError, match="method = 'fedavg' is not one of the table's methods"):
+        load_claims(Path("t"), [{"text": "t", "method": "fedavg", "below": 1}], ["celm"])

@@ -14,6 +14,22 @@ resolved. Prose on a page may explain a verdict; it never states one.
     than = "fedavg"
     rows = ["Dir"]            # optional: rows whose name contains one of these (default: every row)
     lower_is_better = false   # optional: for a metric where less is better
+
+Two more forms compare one method with itself across two rows (a trend: d_s = value on ``better_row`` −
+value on ``than_row``, same seed), or with a fixed level on each row (d_s = value − ``above``, or ``below`` −
+value), judged the same way:
+
+    [[claims]]
+    text = "On Dir 0.05 a short warm-up ends more accurate than a long one"
+    method = "celm"
+    better_row = "Dir 0.05, 5%"   # part of exactly one row's name
+    than_row = "Dir 0.05, 30%"
+
+    [[claims]]
+    text = "CELM gives the free rider less than a uniform share"
+    method = "celm"
+    below = 1.0
+    rows = ["weight × N"]
 """
 
 from __future__ import annotations
@@ -37,13 +53,26 @@ class Claim:
     """One finding of the paper, as a comparison of two methods on some rows."""
 
     text: str
-    better: str
+    better: str  # the method (one method's claims: better = than = it)
     than: str
     rows: tuple[str, ...] = ()
     lower_is_better: bool = False
+    #: across rows: the rows whose name contains these (the claim is then judged once, on the pair)
+    better_row: str | None = None
+    than_row: str | None = None
+    #: against a level: ("above" | "below", level)
+    level: tuple[str, float] | None = None
 
     def applies_to(self, row: str) -> bool:
         return not self.rows or any(part.lower() in row.lower() for part in self.rows)
+
+    def compares(self) -> str:
+        """What the claim compares, for its line on a page."""
+        if self.better_row is not None:
+            return f"`{self.better}`: {self.better_row} vs {self.than_row}"
+        if self.level is not None:
+            return f"`{self.better}` {self.level[0]} {self.level[1]:g}"
+        return f"`{self.better}` vs `{self.than}`"
 
 
 @dataclass(frozen=True)
@@ -73,28 +102,50 @@ def load_claims(path: Path, raw: Any, methods: Sequence[str]) -> list[Claim]:
         return []
     if not isinstance(raw, list):
         raise ConfigError(f"{path}: claims must be an array of tables ([[claims]])")
-    claims = []
-    for n, item in enumerate(raw, 1):
-        if not isinstance(item, dict):
-            raise ConfigError(f"{path}: claim {n} must be a table")
-        unknown = set(item) - {"text", "better", "than", "rows", "lower_is_better"}
-        if unknown:
-            raise ConfigError(f"{path}: claim {n} has unknown keys {sorted(unknown)}")
-        for key in ("text", "better", "than"):
-            if not isinstance(item.get(key), str) or not item[key]:
-                raise ConfigError(f'{path}: claim {n} needs {key} = "..."')
-        for key in ("better", "than"):
-            if item[key] not in methods:
-                raise ConfigError(
-                    f"{path}: claim {n}: {key} = {item[key]!r} is not one of the table's methods"
-                )
-        rows = item.get("rows", [])
-        if not isinstance(rows, list) or not all(isinstance(r, str) for r in rows):
-            raise ConfigError(f"{path}: claim {n}: rows must be a list of row-name parts")
-        claims.append(
-            Claim(item["text"], item["better"], item["than"], tuple(rows), bool(item.get("lower_is_better")))
-        )
-    return claims
+    return [_load_claim(path, n, item, methods) for n, item in enumerate(raw, 1)]
+
+
+def _load_claim(path: Path, n: int, item: Any, methods: Sequence[str]) -> Claim:
+    where = f"{path}: claim {n}"
+    if not isinstance(item, dict):
+        raise ConfigError(f"{where} must be a table")
+    two_methods = {"better", "than"}
+    one_method = {"method", "better_row", "than_row", "above", "below"}
+    unknown = set(item) - {"text", "rows", "lower_is_better", *two_methods, *one_method}
+    if unknown:
+        raise ConfigError(f"{where} has unknown keys {sorted(unknown)}")
+    if not isinstance(item.get("text"), str) or not item["text"]:
+        raise ConfigError(f'{where} needs text = "..."')
+    rows = item.get("rows", [])
+    if not isinstance(rows, list) or not all(isinstance(r, str) for r in rows):
+        raise ConfigError(f"{where}: rows must be a list of row-name parts")
+    forms = ("better, than", "method with better_row and than_row", "method with above or below")
+    if "method" in item:
+        keys: tuple[str, ...] = ("method",)
+        across = "better_row" in item or "than_row" in item
+        levels = [k for k in ("above", "below") if k in item]
+        if item.keys() & two_methods or across == bool(levels) or len(levels) > 1:
+            raise ConfigError(f"{where} must have one of: {'; '.join(forms)}")
+    else:
+        keys = ("better", "than")
+        if item.keys() & one_method or not all(isinstance(item.get(k), str) and item[k] for k in keys):
+            raise ConfigError(f"{where} must have one of: {'; '.join(forms)}")
+    for key in keys:
+        if item[key] not in methods:
+            raise ConfigError(f"{where}: {key} = {item[key]!r} is not one of the table's methods")
+    common = dict(text=item["text"], rows=tuple(rows), lower_is_better=bool(item.get("lower_is_better")))
+    if "method" not in item:
+        return Claim(better=item["better"], than=item["than"], **common)
+    method = item["method"]
+    if "above" in item or "below" in item:
+        direction = "above" if "above" in item else "below"
+        return Claim(better=method, than=method, level=(direction, float(item[direction])), **common)
+    for key in ("better_row", "than_row"):
+        if not isinstance(item.get(key), str) or not item[key]:
+            raise ConfigError(f'{where} needs {key} = "part of a row name"')
+    return Claim(
+        better=method, than=method, better_row=item["better_row"], than_row=item["than_row"], **common
+    )
 
 
 def paired_interval(differences: Sequence[float], level: float = 0.95) -> tuple[float, float, float]:
@@ -121,12 +172,17 @@ def judge(
     return UNRESOLVED, low, high
 
 
-def judge_row(claim: Claim, row: Mapping[str, Any]) -> RowVerdict:
-    """The claim on one result row, from its methods' per-seed values (``per_seed``: seed -> value)."""
-    name = row["row"]
-    methods = row.get("methods", {})
-    a = (methods.get(claim.better) or {}).get("per_seed")
-    b = (methods.get(claim.than) or {}).get("per_seed")
+def judge_row(claim: Claim, row: Mapping[str, Any], than_row: Mapping[str, Any] | None = None) -> RowVerdict:
+    """The claim on one result row, from its methods' per-seed values (``per_seed``: seed -> value); a claim
+    across rows compares ``row`` with ``than_row``, a claim against a level each value with the level."""
+    name = row["row"] if than_row is None else f"{row['row']} vs {than_row['row']}"
+    a = (row.get("methods", {}).get(claim.better) or {}).get("per_seed")
+    b = ((than_row or row).get("methods", {}).get(claim.than) or {}).get("per_seed")
+    if claim.level is not None and a is not None:
+        direction, level = claim.level
+        b = dict.fromkeys(a, level)
+        if direction == "below":  # level − value: swap the roles
+            a, b = b, a
     if a is None or b is None:
         why = (
             "measured earlier and kept on the page; its per-seed values were not recorded"
@@ -165,6 +221,14 @@ def evaluate(
     out = []
     for claim in claims:
         rows = []
+        if claim.better_row is not None:
+            pair = [_the_row(claim, results, part) for part in (claim.better_row, claim.than_row)]
+            if any(p is None for p in pair):
+                rows.append(RowVerdict(claim.better_row, 0, None, None, None, UNRESOLVED, "a row is missing"))
+            else:
+                rows.append(judge_row(claim, pair[0], pair[1]))
+            out.append((claim, overall(rows), rows))
+            continue
         for r in results:
             if claim.applies_to(r["row"]):
                 verdict = judge_row(claim, r)
@@ -173,6 +237,17 @@ def evaluate(
                 rows.append(verdict)
         out.append((claim, overall(rows), rows))
     return out
+
+
+def _the_row(claim: Claim, results: Sequence[Mapping[str, Any]], part: str) -> Mapping[str, Any] | None:
+    """The one result row whose name contains ``part`` (None if none); a ConfigError if several do."""
+    found = [r for r in results if part.lower() in r["row"].lower()]
+    if len(found) > 1:
+        raise ConfigError(
+            f"claim {claim.text!r}: {part!r} is part of {len(found)} row names "
+            f"({', '.join(r['row'] for r in found)}); name one row"
+        )
+    return found[0] if found else None
 
 
 def findings_section(claims: Sequence[Claim], results: Sequence[Mapping[str, Any]], unit: str) -> list[str]:
@@ -191,8 +266,7 @@ def findings_section(claims: Sequence[Claim], results: Sequence[Mapping[str, Any
     for claim, verdict, rows in evaluate(claims, results):
         measured = sum(1 for row in rows if row.seeds)
         lines.append(
-            f"- **{verdict}**: {claim.text} (`{claim.better}` vs `{claim.than}`; {measured} of {len(rows)} "
-            "rows measured)"
+            f"- **{verdict}**: {claim.text} ({claim.compares()}; {measured} of {len(rows)} rows measured)"
         )
         for row in rows:
             lines.append(f"  - {row.row}: {row.describe()}")
