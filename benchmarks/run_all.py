@@ -230,6 +230,21 @@ BENCHES = (
         "positions to indices on the device. None of this has run on a GPU yet.",
         cuda_only=True,
     ),
+    Bench(
+        "fedrac_row",
+        "A FedRAC table row: the reward evaluation",
+        ("benchmarks/fedrac_row.py", "--rounds", "10", "--json"),
+        600,
+        "One row of a FedRAC fairness table (fedrac-fairness-substitute, Fashion-MNIST DIR(3.0): 6 methods, "
+        "10 clients, mlp200, every round evaluated, the vectorized engine, one thread per cell) run cell by "
+        "cell, each cell twice in alternating order: the own-model methods' reward models (FedAvg, CFFL, "
+        "IAFL) evaluated one at a time, and stacked in one pass (`torch.func.vmap` over `functional_call`, "
+        "`accuracies_of_states` in src/fedhet/engine/evaluation.py; FedRAC and FedSAC use their own batched "
+        "masked pass in both). The full row (2,000 rounds x 3 seeds, summed compute) is extrapolated from "
+        "the measured rounds (per cell: its fixed part plus its mean round time x 2,000). On CPU the "
+        "evaluation is matrix products at the core's peak rate, so stacking saves no work and measured "
+        "slower here: the default stacks on an accelerator only.",
+    ),
 )
 
 

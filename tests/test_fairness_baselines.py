@@ -654,10 +654,12 @@ def test_reward_evaluation_equals_each_clients_model_evaluated_alone(method, mon
     gen = torch.Generator().manual_seed(0)
     x, y = torch.rand(300, 1, 28, 28, generator=gen), torch.randint(0, 10, (300,), generator=gen)
     alone = [accuracy_of(st.reward_model(c), x, y, 128) for c in range(st.info.num_clients)]
-    passes = []
-    counted = fedavg_module.accuracy_of
-    monkeypatch.setattr(fedavg_module, "accuracy_of", lambda *a: passes.append(1) or counted(*a))
-    assert st.evaluate_rewards(x, y, 128) == alone
+    passes = []  # the weight sets handed to the evaluation (one pass each)
+    counted = fedavg_module.accuracies_of_states
+    monkeypatch.setattr(
+        fedavg_module, "accuracies_of_states", lambda m, s, *a: passes.extend(s) or counted(m, s, *a)
+    )
+    assert st.evaluate_rewards(x, y, 128) == alone  # on CPU one at a time: the same kernels, equal
     distinct = []  # reward_model loads a shared scratch model: copy each client's weights out
     for c in range(st.info.num_clients):
         s = {k: v.clone() for k, v in st.reward_model(c).state_dict().items()}

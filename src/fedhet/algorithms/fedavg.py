@@ -20,7 +20,7 @@ from torch import Tensor, nn
 from fedhet.algorithms.params import check_choice
 from fedhet.algorithms.robust_aggregation import WEIGHTED_RULES, robust_average
 from fedhet.devices import to_device
-from fedhet.engine.evaluation import accuracy_of
+from fedhet.engine.evaluation import accuracies_of_states
 from fedhet.engine.protocol import (
     KEEP_CHOICES,
     KEEP_KEY,
@@ -292,27 +292,37 @@ class FedAvg(Strategy):
         return model
 
     def evaluate_rewards(self, x: Tensor, y: Tensor, batch_size: int) -> list[float] | None:
-        """Test accuracy of every client's reward model, one at a time (FedRAC batches it). A reward whose
-        weights equal an earlier client's this round takes its accuracy without a second pass (IAFL gives
-        every client the same model: a tenth of the evaluation)."""
-        accs: list[float] = []
-        # weights evaluated this call, bucketed by their tensors' sums (compared in full only within a
-        # bucket, so a thousand distinct rewards cost a thousand sums, not a million comparisons)
-        seen: dict[tuple[float, ...], list[tuple[dict[str, Tensor], float]]] = {}
+        """Test accuracy of every client's reward model. A reward whose weights equal an earlier client's this
+        round takes its accuracy without a second evaluation (IAFL gives every client the same model: a tenth
+        of the evaluation); the distinct ones go to :func:`accuracies_of_states` together (one batched pass
+        on an accelerator)."""
+        slots: list[int | None] = []  # per client: its reward's index in `distinct`, None without a reward
+        distinct: list[dict[str, Tensor]] = []
+        template: nn.Module | None = None
+        # weights kept this call, bucketed by their tensors' sums (compared in full only within a bucket, so
+        # a thousand distinct rewards cost a thousand sums, not a million comparisons)
+        seen: dict[tuple[float, ...], list[int]] = {}
         for cid in range(self.info.num_clients):
             m = self.reward_model(cid)
             if m is None:
-                accs.append(float("nan"))
+                slots.append(None)
                 continue
+            template = m
             state = m.state_dict()
             sums = torch.stack([v.float().sum() for v in state.values()])  # integer buffers too (BatchNorm)
             bucket = seen.setdefault(tuple(sums.tolist()), [])
-            acc = next((a for w, a in bucket if all(torch.equal(w[k], state[k]) for k in state)), None)
-            if acc is None:
-                acc = accuracy_of(m, x, y, batch_size)
-                bucket.append(({k: v.detach().clone() for k, v in state.items()}, acc))
-            accs.append(acc)
-        return accs if any(math.isfinite(a) for a in accs) else None
+            same = (j for j in bucket if all(torch.equal(distinct[j][k], state[k]) for k in state))
+            index = next(same, None)
+            if index is None:
+                index = len(distinct)
+                distinct.append({k: v.detach().clone() for k, v in state.items()})
+                bucket.append(index)
+            slots.append(index)
+        if template is None:
+            return None
+        accs = accuracies_of_states(template, distinct, x, y, batch_size)
+        out = [float("nan") if j is None else accs[j] for j in slots]
+        return out if any(math.isfinite(a) for a in out) else None
 
     def round_metrics(self, rnd: int) -> dict[str, Any]:
         """The contribution weights, when the method estimates them, and each replying client's share of

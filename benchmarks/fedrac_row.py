@@ -1,0 +1,141 @@
+"""One full FedRAC table row: its 6 methods x seeds x rounds, every round evaluated, with the reward models
+evaluated one at a time and stacked in one batched pass, in one run.
+
+A FedRAC fairness row (default: fedrac-fairness-substitute, Fashion-MNIST DIR(3.0), as the table's page ran
+it: ``--set engine.mode=vectorized``, 10 clients, mlp200, eval.every = 1) is run cell by cell in this process
+(one torch thread, as each worker of ``fedhet reproduce --jobs 2`` runs). Every cell runs twice, once with
+the own-model methods' reward models evaluated one at a time and once stacked (``torch.func.vmap``; the
+private switch ``fedhet.engine.evaluation._BATCHED_STATES``), in alternating order so both see the same load;
+FedRAC and FedSAC evaluate their masked rewards in their own batched pass in both. The standalone pre-pass
+(the fairness reference, cached per seed and shared by the row's cells) runs once before and is not counted.
+
+The full row (2,000 rounds x 3 seeds) is extrapolated from the measured rounds: per cell, its fixed part
+(set-up, data, the end-of-run figures: wall time minus the rounds' time) plus its mean round time x 2,000,
+summed over the methods and scaled to 3 seeds. That sum is the compute of the row (what a table page reports
+as "took N min of compute together"); with ``--jobs 2`` on 2 otherwise idle cores the wall time is about half.
+
+    python benchmarks/fedrac_row.py [--rounds 30] [--seeds 1] [--row "DIR(3.0)"] [--json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+from common import emit
+
+import fedhet.engine.evaluation as evaluation
+from fedhet.experiment import make_simulation, standalone_accuracies
+from fedhet.reproduce.runner import row_config
+from fedhet.reproduce.spec import load_spec
+
+FULL_ROUNDS, FULL_SEEDS = 2000, 3
+BEFORE_MIN = 242.5  # the DIR(3.0) row's 18 runs at 2,000 rounds (docs/results/fedrac-fairness-substitute.md)
+TARGET_MIN = 60.0
+
+
+def run_cell(cfg, reference, run_dir: Path, batched: bool) -> tuple[float, float]:
+    """(wall seconds of the cell, seconds of its rounds) with the reward evaluation stacked or not."""
+    evaluation._BATCHED_STATES = batched
+    start = time.perf_counter()
+    sim = make_simulation(cfg, run_dir=run_dir, reference_contributions=reference)
+    sim.run()
+    wall = time.perf_counter() - start
+    rounds = sum(t["train_s"] + t.get("eval_s", 0.0) for t in sim.timings)
+    return wall, rounds
+
+
+def extrapolated_min(cells: list[dict], key: str, rounds: int, seeds: int) -> float:
+    """The full row's compute in minutes: per cell fixed part + mean round time x FULL_ROUNDS, x seeds."""
+    total = 0.0
+    for c in cells:
+        fixed = c[f"{key}_wall_s"] - c[f"{key}_rounds_s"]
+        total += fixed + c[f"{key}_rounds_s"] / rounds * FULL_ROUNDS
+    return total / seeds * FULL_SEEDS / 60.0
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--table", default="fedrac-fairness-substitute")
+    parser.add_argument("--row", default="DIR(3.0)", help="text the row's name contains (first match)")
+    parser.add_argument("--rounds", type=int, default=30)
+    parser.add_argument("--seeds", type=int, default=1)
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--json", action="store_true", help="end with the JSON result line")
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+
+    spec = load_spec(args.table)
+    row = next(r for r in spec.rows if r.available and args.row.lower() in r.name.lower())
+    sets = [f"train.rounds={args.rounds}", f"train.threads={args.threads}", "engine.mode=vectorized"]
+    base = row_config(row, ["eval.every=1", *sets])
+    print(f"{args.table}: row {row.name!r}, methods {', '.join(spec.methods)}; ", end="")
+    print(f"{args.rounds} rounds x {args.seeds} seed(s), every round evaluated, ", end="")
+    print(f"{args.threads} torch thread(s), one cell at a time")
+    cells: list[dict] = []
+    with tempfile.TemporaryDirectory() as tmp:
+        os.environ["FEDHET_CACHE"] = str(Path(tmp) / "cache")  # a fresh pre-pass cache, not the user's
+        prepass_s = 0.0
+        for seed_index in range(args.seeds):
+            seed = base.seed + seed_index
+            start = time.perf_counter()
+            seeded = row_config(row, ["eval.every=1", *sets, f"seed={seed}"])
+            reference = standalone_accuracies(seeded, notify=lambda _: None, reason="benchmark")
+            prepass_s += time.perf_counter() - start
+            for n, method in enumerate(spec.methods):
+                params = {**spec.method_params.get(method, {}), **row.method_params.get(method, {})}
+                sets_m = [f"seed={seed}", f"method.name={method}"]
+                cfg = row_config(row, ["eval.every=1", *sets, *sets_m])
+                cfg.method.params = params
+                out = {"method": method, "seed": seed}
+                order = (False, True) if n % 2 == 0 else (True, False)  # alternate who goes first
+                for batched in order:
+                    key = "stacked" if batched else "one_at_a_time"
+                    wall, rounds = run_cell(cfg, reference, Path(tmp) / f"{method}-{seed}-{key}", batched)
+                    out[f"{key}_wall_s"], out[f"{key}_rounds_s"] = wall, rounds
+                out["ratio"] = out["one_at_a_time_wall_s"] / out["stacked_wall_s"]
+                cells.append(out)
+                print(
+                    f"  {method:14s} seed {seed}: one at a time {out['one_at_a_time_wall_s']:7.1f} s, "
+                    f"stacked {out['stacked_wall_s']:7.1f} s, ratio {out['ratio']:.3f}",
+                    flush=True,
+                )
+    evaluation._BATCHED_STATES = None
+    old = sum(c["one_at_a_time_wall_s"] for c in cells)
+    new = sum(c["stacked_wall_s"] for c in cells)
+    old_full = extrapolated_min(cells, "one_at_a_time", args.rounds, args.seeds)
+    new_full = extrapolated_min(cells, "stacked", args.rounds, args.seeds)
+    print(f"measured row ({args.rounds} rounds x {args.seeds} seed(s)): one at a time {old:.1f} s, ", end="")
+    print(f"stacked {new:.1f} s: one-at-a-time / stacked = {old / new:.3f}")
+    print(f"standalone pre-pass (not counted): {prepass_s:.1f} s")
+    print(f"EXTRAPOLATED from {args.rounds} measured rounds to the full row ", end="")
+    print(f"({FULL_ROUNDS} rounds x {FULL_SEEDS} seeds, summed compute): ", end="")
+    print(f"one at a time {old_full:.1f} min, stacked {new_full:.1f} min")
+    print(f"  (the page's measured row: {BEFORE_MIN} min of compute on an idle machine; ", end="")
+    print(f"target {TARGET_MIN:g} min; with --jobs 2 the wall time is about half the compute: ", end="")
+    print(f"{old_full / 2:.1f} / {new_full / 2:.1f} min)")
+    if args.json:
+        emit(
+            "fedrac_row",
+            {
+                "one_at_a_time_over_stacked": old / new,
+                "row_minutes_extrapolated_one_at_a_time": old_full,
+                "row_minutes_extrapolated_stacked": new_full,
+            },
+            {"row_minutes_extrapolated_stacked": f"<= {TARGET_MIN:g}"},
+            settings=f"{args.table} row {row.name}, {len(spec.methods)} methods x {args.seeds} seed(s) x "
+            f"{args.rounds} rounds, every round evaluated, {args.threads} thread(s), cells one at a time, "
+            f"each run with both reward evaluations in alternating order; the full row ({FULL_ROUNDS} rounds "
+            f"x "
+            f"{FULL_SEEDS} seeds) extrapolated from the measured rounds",
+            rows=[{k: (round(v, 3) if isinstance(v, float) else v) for k, v in c.items()} for c in cells],
+            prepass_s=prepass_s,
+        )
+
+
+if __name__ == "__main__":
+    main()
