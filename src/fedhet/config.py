@@ -148,6 +148,8 @@ LATER_KEYS: dict[str, Any] = {
     "faults.every": 1,
     "faults.z": None,
     "faults.epsilon": 0.5,
+    "guards.update_norm_floor": 0.01,
+    "aggregation.implementation": "fedhet",
 }
 TOP_LEVEL = {"seed": int, "out": (str, type(None)), "name": (str, type(None))}
 
