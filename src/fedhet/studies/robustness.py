@@ -420,7 +420,8 @@ batch {t.batch_size}, tested on {d.max_test_samples:,} test images. The hostile 
 when every update is rejected (a collapsed model is a result here).
 
 **Columns.** FedAvg as published (no guard); FedAvg with fedhet's defaults (update-norm and sample-count
-guards at 10× the round's median, non-finite updates rejected, FedRAC's delivery record); FedAvg with each
+guards at 10× the round's median, the update norm's scale never below 0.01 × the global model's norm,
+non-finite updates rejected, FedRAC's delivery record); FedAvg with each
 robust rule on top of the defaults (`aggregation.rule`: median; trimmed mean, β = 0.3; Krum and Multi-Krum
 with f assumed hostile, Multi-Krum averaging the 10 − f lowest scores; centered clipping, τ = 1, one
 iteration); the same median, trimmed mean and Krum computed by Flower's own strategies (FedMedian,
