@@ -272,3 +272,23 @@ def test_fedhet_robustness_page_writes_the_results_page_and_figure_from_recorded
     assert (tmp_path / "checkout" / "docs" / "figures" / "robustness.png").stat().st_size > 10_000
     assert main(["robustness", "page", "--out", str(tmp_path / "none")]) == 2
     assert "run `fedhet robustness run --out" in capsys.readouterr().err
+
+
+def test_the_gated_fssl_ordering_is_judged_by_paired_seeds():
+    """ProxyFL − SAGE = (+2.0, +2.2, +1.8): mean 2.0, sd 0.2, half-width 4.3027 · 0.2 / √3 = 0.4968 (by
+    hand): holds. SAGE − GPL = (+1, −1, +0.5): not resolved. GPL − labeled-only = (−3.0, −3.1, −2.9):
+    contradicted, so the ordering as a whole is contradicted; the three protocol gates pass."""
+    from fedhet.report.fssl_gates import fssl_gates, gates_markdown
+
+    labeled = {0: 50.0, 1: 52.0, 2: 48.0}
+    gpl = {s: v - d for (s, v), d in zip(labeled.items(), (3.0, 3.1, 2.9), strict=True)}
+    sage = {s: v + d for (s, v), d in zip(gpl.items(), (1.0, -1.0, 0.5), strict=True)}
+    proxyfl = {s: v + d for (s, v), d in zip(sage.items(), (2.0, 2.2, 1.8), strict=True)}
+    acc = {"fedavg-labeled": labeled, "fixmatch-gpl": gpl, "sage": sage, "proxyfl": proxyfl,
+           "fedavg-full": {0: 70.0, 1: 71.0, 2: 69.0}}  # fmt: skip
+    report = fssl_gates(acc, {"fixmatch-gpl": {0: 0.3, 1: 0.3, 2: 0.3}})
+    assert report.valid and [v for _, v in report.ordering] == ["holds", "not resolved", "contradicted"]
+    assert report.verdict == "contradicted"
+    text = gates_markdown(report)
+    assert "- **holds**: ProxyFL > SAGE: mean +2.00, 95 % interval [+1.50, +2.50]" in text
+    assert "the ordering as a whole **contradicted** at 3 seed(s)" in text

@@ -1,11 +1,11 @@
 """Validity gates of the gated FSSL protocol (docs/proxyfl.md): can a table test ProxyFL > SAGE ≥
-FixMatch-GPL > labeled-only at all, and does the ordering hold?
+FixMatch-GPL > labeled-only at all, and what do its seeds say of each step?
 
-A table is a test of the claim only when every gate passes: all labels − labeled-only ≥ ``min_gap`` points
+The gates ask whether the protocol can test the ordering: all labels − labeled-only ≥ ``min_gap`` points
 (there is room to gain from unlabeled data); FixMatch-GPL uses ≥ ``min_used`` of the unlabeled samples
-(pseudo-labels pass τ); ProxyFL ≤ all labels (the bound holds); each paired difference of the ordering has
-one sign in every seed (at least two seeds). Used by ``fedhet study gated-fssl`` and by the ``proxyfl-gated``
-reproduction page.
+(pseudo-labels pass τ); ProxyFL ≤ all labels (the bound holds). Each step of the ordering is then judged by
+its paired differences over seeds as every computed finding is (:mod:`fedhet.verdicts`: holds,
+contradicted or not resolved). Used by ``fedhet study gated-fssl`` and by the ``proxyfl-gated`` page.
 """
 
 from __future__ import annotations
@@ -15,6 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+
+from fedhet.verdicts import CONTRADICTED, HOLDS, UNRESOLVED, judge
 
 #: The claimed ordering as (better, worse) pairs, paired by seed.
 ORDER = (("proxyfl", "sage"), ("sage", "fixmatch-gpl"), ("fixmatch-gpl", "fedavg-labeled"))
@@ -29,17 +31,26 @@ NAMES = {
 
 @dataclass
 class GateReport:
-    """Per-method accuracies, the gates (text, passed), the ordering (text, holds) and the verdict."""
+    """Per-method accuracies, the gates (text, passed) and each step of the ordering (text, verdict)."""
 
     seeds: list[int]
     accuracy: dict[str, dict[int, float]]
     used: dict[str, dict[int, float]]
     gates: list[tuple[str, bool]]
-    ordering: list[tuple[str, bool]]
+    ordering: list[tuple[str, str]]
 
     @property
     def valid(self) -> bool:
         return all(ok for _, ok in self.gates)
+
+    @property
+    def verdict(self) -> str:
+        """The ordering as a whole: holds when every step holds, contradicted when one is, else not
+        resolved (and nothing at all when a gate failed: the protocol cannot test it)."""
+        steps = [v for _, v in self.ordering]
+        if all(v == HOLDS for v in steps):
+            return HOLDS
+        return CONTRADICTED if CONTRADICTED in steps else UNRESOLVED
 
 
 def read_fssl_runs(compare_dir: Path) -> tuple[dict[str, dict[int, float]], dict[str, dict[int, float]]]:
@@ -86,14 +97,12 @@ def fssl_gates(
     ordering = []
     for a, b in ORDER:
         diffs = [acc[a][s] - acc[b][s] for s in seeds]
-        signs = ", ".join(f"{d:+.2f}" for d in diffs)
-        # one seed always has "one sign": the gate needs at least two to say anything
-        one_sign = len(diffs) >= 2 and (all(d > 0 for d in diffs) or all(d < 0 for d in diffs))
-        text = f"{NAMES[a]} − {NAMES[b]} has one sign in every seed ({signs})"
-        gates.append((text if len(diffs) >= 2 else text + ": one seed cannot show it", one_sign))
+        verdict, low, high = judge(diffs)
         relation = "≥" if (a, b) == ("sage", "fixmatch-gpl") else ">"
-        holds = all(d >= 0 for d in diffs) if relation == "≥" else all(d > 0 for d in diffs)
-        ordering.append((f"{NAMES[a]} {relation} {NAMES[b]} (mean {np.mean(diffs):+.2f})", holds))
+        interval = "" if low is None else f", 95 % interval [{low:+.2f}, {high:+.2f}]"
+        by_seed = ", ".join(f"{d:+.2f}" for d in diffs)
+        text = f"{NAMES[a]} {relation} {NAMES[b]}: mean {np.mean(diffs):+.2f}{interval} (by seed: {by_seed})"
+        ordering.append((text, verdict))
     return GateReport(seeds=seeds, accuracy=acc, used=used, gates=gates, ordering=ordering)
 
 
@@ -113,12 +122,16 @@ def gates_markdown(report: GateReport) -> str:
         lines.append(f"| {name} | {cells} | {np.mean(values):.2f} ± {np.std(values):.2f} | {frac} |")
     lines += ["", "Validity gates:", ""]
     lines += [f"- [{'pass' if ok else 'FAIL'}] {text}" for text, ok in report.gates]
-    lines += ["", "Ordering ProxyFL > SAGE ≥ FixMatch-GPL > labeled-only (paired by seed):", ""]
-    lines += [f"- {text}: {'holds' if ok else 'does not hold'}" for text, ok in report.ordering]
-    verdict = (
-        "a valid test of the claim"
-        if report.valid
-        else "NOT a test of the claim (a gate failed; the ordering as a whole says nothing)"
-    )
-    lines += ["", f"**Verdict: {verdict}.**"]
+    lines += [
+        "",
+        "Ordering ProxyFL > SAGE ≥ FixMatch-GPL > labeled-only, each step by its paired differences over "
+        f"{len(seeds)} seed(s) (holds only when the 95 % t-interval excludes 0 in the claimed direction):",
+        "",
+    ]
+    lines += [f"- **{verdict}**: {text}" for text, verdict in report.ordering]
+    if report.valid:
+        overall = f"the gates pass; the ordering as a whole **{report.verdict}** at {len(seeds)} seed(s)"
+    else:
+        overall = "a validity gate failed: this table cannot test the ordering, whatever its steps say"
+    lines += ["", f"**Verdict: {overall}.**"]
     return "\n".join(lines) + "\n"

@@ -41,11 +41,22 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from scipy import stats
-
 from fedhet.errors import ConfigError
+from fedhet.verdicts import CONTRADICTED, HOLDS, UNRESOLVED, judge, paired_interval
 
-HOLDS, CONTRADICTED, UNRESOLVED = "holds", "contradicted", "not resolved"
+__all__ = [
+    "CONTRADICTED",
+    "HOLDS",
+    "UNRESOLVED",
+    "Claim",
+    "RowVerdict",
+    "evaluate",
+    "findings_section",
+    "judge",
+    "judge_row",
+    "load_claims",
+    "paired_interval",
+]
 
 
 @dataclass(frozen=True)
@@ -146,30 +157,6 @@ def _load_claim(path: Path, n: int, item: Any, methods: Sequence[str]) -> Claim:
     return Claim(
         better=method, than=method, better_row=item["better_row"], than_row=item["than_row"], **common
     )
-
-
-def paired_interval(differences: Sequence[float], level: float = 0.95) -> tuple[float, float, float]:
-    """Mean of the paired differences and its two-sided Student-t interval (n ≥ 2)."""
-    n = len(differences)
-    mean = math.fsum(differences) / n
-    sd = math.sqrt(math.fsum((d - mean) ** 2 for d in differences) / (n - 1))
-    half = float(stats.t.ppf(0.5 + level / 2, n - 1)) * sd / math.sqrt(n)
-    return mean, mean - half, mean + half
-
-
-def judge(
-    differences: Sequence[float], lower_is_better: bool = False
-) -> tuple[str, float | None, float | None]:
-    """(verdict, low, high) of the paired differences better − than."""
-    if len(differences) < 2:
-        return UNRESOLVED, None, None
-    _, low, high = paired_interval(differences)
-    good_low, good_high = (-high, -low) if lower_is_better else (low, high)
-    if good_low > 0:
-        return HOLDS, low, high
-    if good_high < 0:
-        return CONTRADICTED, low, high
-    return UNRESOLVED, low, high
 
 
 def judge_row(claim: Claim, row: Mapping[str, Any], than_row: Mapping[str, Any] | None = None) -> RowVerdict:
