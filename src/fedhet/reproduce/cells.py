@@ -29,8 +29,8 @@ from fedhet.config import ExperimentConfig, load_config
 from fedhet.reproduce.spec import Spec
 
 #: Parts of the package that cannot change a cell's numbers: the commands, the tables and pages, the
-#: studies, the reports and the Flower adapter (its runs equal the embedded engine's, tested).
-NOT_COMPUTING = ("cli", "reproduce", "studies", "report", "flower", "api.py", "__main__.py")
+#: studies, the reports and verdicts, and the Flower adapter (its runs equal the embedded engine's, tested).
+NOT_COMPUTING = ("cli", "reproduce", "studies", "report", "flower", "api.py", "__main__.py", "verdicts.py")
 
 
 def method_code_files(method: str) -> list[Path]:
