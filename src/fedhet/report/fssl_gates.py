@@ -133,5 +133,5 @@ def gates_markdown(report: GateReport) -> str:
         overall = f"the gates pass; the ordering as a whole **{report.verdict}** at {len(seeds)} seed(s)"
     else:
         overall = "a validity gate failed: this table cannot test the ordering, whatever its steps say"
-    lines += ["", f"**Verdict: {overall}.**"]
+    lines += ["", f"**Verdict:** {overall}."]
     return "\n".join(lines) + "\n"
