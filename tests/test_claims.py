@@ -50,7 +50,7 @@ def test_the_paired_interval_is_the_t_interval_of_a_hand_calculation():
         ([-1.0, -1.2, -0.9, -1.1, -1.0], True, HOLDS),  # less is better: a negative difference holds
         ([1.0, 2.0, 3.0], False, UNRESOLVED),  # interval [-0.48, 4.48] contains 0
         ([5.0], False, UNRESOLVED),  # one seed: no interval
-        ([0.3, 0.3, 0.3], False, HOLDS),  # no spread at all: the interval is the point 0.3
+        ([0.3, 0.3, 0.3], False, UNRESOLVED),  # no spread at all: no t-interval (a 0/1 metric, say)
     ],
 )
 def test_a_verdict_holds_only_when_the_interval_excludes_zero_in_the_claimed_direction(
@@ -211,3 +211,11 @@ def test_a_claim_takes_one_form():
             load_claims(Path("t"), [bad], ["celm"])
     with pytest.raises(ConfigError, match="method = 'fedavg' is not one of the table's methods"):
         load_claims(Path("t"), [{"text": "t", "method": "fedavg", "below": 1}], ["celm"])
+
+
+def test_differences_without_spread_are_not_resolved_however_many_seeds_agree():
+    """A 0/1 metric identical in every seed gives equal differences: a t-interval needs a spread."""
+    assert judge([50.0, 50.0, 50.0, 50.0]) == (UNRESOLVED, None, None)
+    (claim,) = load_claims(Path("t"), [{"text": "t", "method": "celm", "above": 50.0}], ["celm"])
+    ((_, verdict, (row,)),) = evaluate([claim], _one_method_rows(**{"identified": [100.0, 100.0, 100.0]}))
+    assert verdict == UNRESOLVED and row.mean == 50.0 and "no spread" in row.describe()

@@ -3,7 +3,8 @@ the gated FSSL protocol's ordering).
 
 The paired differences d_s = better_s − than_s (same seed: same split and initial model), their mean and a
 95 % Student-t interval: **holds** only when the interval excludes 0 in the claimed direction,
-**contradicted** when it excludes 0 the other way, otherwise **not resolved** (one seed has no interval).
+**contradicted** when it excludes 0 the other way, otherwise **not resolved** (one seed, or differences with
+no spread, have no interval).
 """
 
 from __future__ import annotations
@@ -28,8 +29,10 @@ def paired_interval(differences: Sequence[float], level: float = 0.95) -> tuple[
 def judge(
     differences: Sequence[float], lower_is_better: bool = False
 ) -> tuple[str, float | None, float | None]:
-    """(verdict, low, high) of the paired differences better − than."""
-    if len(differences) < 2:
+    """(verdict, low, high) of the paired differences better − than. Differences that are all equal (a
+    metric counting 0 or 1 per seed, say) have no spread to build a t-interval from: not resolved, however
+    many seeds agree (low and high None)."""
+    if len(differences) < 2 or max(differences) == min(differences):
         return UNRESOLVED, None, None
     _, low, high = paired_interval(differences)
     good_low, good_high = (-high, -low) if lower_is_better else (low, high)

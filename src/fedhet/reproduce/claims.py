@@ -101,7 +101,13 @@ class RowVerdict:
     def describe(self) -> str:
         if self.mean is None:
             return f"{self.verdict} ({self.why})"
-        interval = "" if self.low is None else f", 95 % interval [{self.low:+.2f}, {self.high:+.2f}]"
+        interval = (
+            f", 95 % interval [{self.low:+.2f}, {self.high:+.2f}]"
+            if self.low is not None
+            else ", every seed the same: no spread to build an interval from"
+            if self.seeds > 1
+            else ""
+        )
         resolved = f" at {self.seeds} seeds" if self.verdict == UNRESOLVED else ""
         paired = f"mean difference {self.mean:+.2f} over {self.seeds} paired seeds"
         return f"{self.verdict}{resolved}: {paired}{interval}"
