@@ -250,10 +250,10 @@ def findings_section(claims: Sequence[Claim], results: Sequence[Mapping[str, Any
     lines = [
         "## Findings (computed from the cells)",
         "",
-        "Each of the paper's claims, judged per row by the paired differences between the two methods over "
-        "the seeds both ran (same seed: same split and initial model), their mean and 95 % t-interval, in "
-        f"{unit}: **holds** only when the interval excludes 0 in the claimed direction, **contradicted** "
-        "when it excludes 0 the other way, otherwise **not resolved**.",
+        "Each of the paper's claims, judged per row by its paired differences over the seeds (two methods on "
+        "the same seed: same split and initial model; or one method on two rows, or against a level), their "
+        f"mean and 95 % t-interval, in {unit}: **holds** only when the interval excludes 0 in the claimed "
+        "direction, **contradicted** when it excludes 0 the other way, otherwise **not resolved**.",
         "",
     ]
     for claim, verdict, rows in evaluate(claims, results):

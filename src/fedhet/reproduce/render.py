@@ -40,6 +40,8 @@ def _cell(v: dict[str, Any], seeds: int = 2) -> str:
 
 def finding_unit(spec: Spec) -> str:
     """What a paired difference is measured in, for the findings' sentence."""
+    if any(row.scale is not None and row.scale != spec.scale for row in spec.rows):
+        return "the units of each row's cells"
     return "points" if spec.scale == 100 else f"`{spec.metric}` × {spec.scale:g}"
 
 
