@@ -166,6 +166,17 @@ def test_robustness_targets_are_computed_from_the_defaults_cells(tmp_path):
     assert "(2 attacked rows measured, 26 not yet): missed in 1 case(s): noise/f3 −10.0 pts;" in fedavg
     assert "noise/f1" not in fedavg and "honest updates rejected in the clean runs: 1" in fedavg
     assert "- **CELM**: not measured yet (no clean run)" in lines
+    # a hostile client on top counts only where the same clients were not on top in the clean run: client 1
+    # (hostile at f = 3) is the largest in seed 1 with and without the attack; client 0 takes it in seed 0
+    big1 = [{"aggregation_weights": {"1": 0.6, "5": 0.4}}]
+    big0 = [{"aggregation_weights": {"0": 0.6, "5": 0.4}}]
+    _robustness_run(tmp_path / "clean" / "defaults", "fedavg", 1, 0.80, big1)
+    _robustness_run(tmp_path / "stale/f3" / "defaults", "fedavg", 0, 0.80, big0)
+    _robustness_run(tmp_path / "stale/f3" / "defaults", "fedavg", 1, 0.80, big1)
+    fedavg = next(
+        line for line in robustness.targets(robustness.collect(tmp_path)) if "FedAvg, defaults" in line
+    )
+    assert "stale/f3 hostile on top in 1 seed(s)" in fedavg
 
 
 def test_robustness_flower_columns_are_the_same_rules_computed_by_flower(tmp_path):

@@ -188,7 +188,9 @@ def _rejected_honest(run_dir: Path, hostile: tuple[int, ...]) -> int:
 
 def collect(out: Path) -> dict[tuple[str, str], dict[str, list[float]]]:
     """(row, column) -> {"weight", "accuracy", "honest_rejected", "top"} over the seeds found; "top" is 1
-    where a hostile client holds the largest weight (or reward) of the run."""
+    where a hostile client holds the largest weight (or reward) of the run. The clean row holds, instead,
+    "top_f1" and "top_f3": whether the clients that are hostile at that f hold it there (FedAvg's weight is
+    the sample count: a client the split made largest is on top with or without an attack)."""
     found: dict[tuple[str, str], dict[str, list[float]]] = {}
     for behaviour, f in ROWS:
         hostile = HOSTILE.get(f, ())
@@ -210,6 +212,8 @@ def collect(out: Path) -> dict[tuple[str, str], dict[str, list[float]]]:
                 if hostile:
                     cell["weight"].append(hostile_weight(run, method, hostile))
                     cell["top"].append(float(_hostile_on_top(run, method, hostile)))
+                for g, clients in HOSTILE.items() if not hostile else ():
+                    cell.setdefault(f"top_f{g}", []).append(float(_hostile_on_top(run, method, clients)))
             found[row_name(behaviour, f), column] = cell
     return found
 
@@ -296,8 +300,9 @@ def table(dirs: list[Path], options: Mapping[str, Any]) -> str:
 
 def targets(found: Mapping[tuple[str, str], Mapping[str, list[float]]]) -> list[str]:
     """The defaults against their targets, one line per method, computed from the cells: with the default
-    defences no attack puts a hostile client on top, accuracy stays within 2 points of clean at f = 1 and 5
-    points at f = 3, and no honest update is rejected in a clean run."""
+    defences no attack puts a hostile client on top (where the same clients were not on top in the clean run
+    of the same seed), accuracy stays within 2 points of clean at f = 1 and 5 points at f = 3, and no honest
+    update is rejected in a clean run."""
     lines = []
     attacked = [(b, f) for b, f in ROWS if b != "clean"]
     for column in [c for c, (variant, _) in COLUMNS.items() if variant == "defaults"]:
@@ -314,8 +319,11 @@ def targets(found: Mapping[tuple[str, str], Mapping[str, list[float]]]) -> list[
             drop = -change_against_clean(cell, clean)
             if drop > TARGET_DROP[f]:
                 misses.append(f"{row_name(behaviour, f)} −{drop:.1f} pts")
-            if any(cell["top"]):
-                misses.append(f"{row_name(behaviour, f)} hostile on top in {int(sum(cell['top']))} seed(s)")
+            # on top because of the attack: not where the same clients were on top in the clean run
+            clean_top = dict(zip(clean["seed"], clean.get(f"top_f{f}", []), strict=False))
+            gained = [s for s, t in zip(cell["seed"], cell["top"], strict=True) if t and not clean_top.get(s)]
+            if gained:
+                misses.append(f"{row_name(behaviour, f)} hostile on top in {len(gained)} seed(s)")
         honest = int(sum(clean["honest_rejected"]))
         if measured == 0:
             verdict = "not measured yet (no attacked row)"
@@ -435,9 +443,10 @@ the cells below hold {seeds_text} seed(s), recorded at commit(s) {recorded}, {ho
 
 ## Targets of the defaults
 
-Computed from the cells below: with the defaults no attack puts a hostile client on top, the final accuracy
-stays within 2 points of the clean run at f = 1 and within 5 points at f = 3, and no honest update is rejected
-in a clean run.
+Computed from the cells below: with the defaults no attack puts a hostile client on top (counted in a seed
+only where the same clients were not on top in that seed's clean run: FedAvg weighs by sample count, so a
+client the split made largest is on top with or without an attack), the final accuracy stays within 2 points
+of the clean run at f = 1 and within 5 points at f = 3, and no honest update is rejected in a clean run.
 
 {chr(10).join(targets(found))}
 
