@@ -152,6 +152,10 @@ def test_robustness_reads_the_hostile_weight_tabulates_the_change_and_checks_the
     assert rows["noise/f1"][fedrac].rstrip(" |") == "25 % · 30.0"  # FedRAC's reward as a percentage
     assert rows["nan/f1"][1] == "–"  # nothing ran
     assert "mean of 1 to 2 seeds" in text
+    # a column measured at fewer seeds than the most says so in its head (its means average other seeds)
+    _robustness_run(tmp_path / "clean" / "defaults", "celm", 0, 0.5, celm_lines)
+    head = robustness.table([tmp_path], {}).splitlines()[0]
+    assert "| FedAvg |" in head and "| CELM (1 seed) |" in head
 
 
 def test_robustness_targets_are_computed_from_the_defaults_cells(tmp_path):

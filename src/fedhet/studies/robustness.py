@@ -255,7 +255,13 @@ def change_against_clean(cell: Mapping[str, list[float]], clean: Mapping[str, li
 
 def table_lines(found: Mapping[tuple[str, str], Mapping[str, list[float]]]) -> list[str]:
     """The Markdown table, row × column, and the line saying what a cell shows."""
-    rows = ["| hostile clients | " + " | ".join(COLUMNS) + " |", "|" + "---|" * (len(COLUMNS) + 1)]
+    # a column measured at fewer seeds than the table's most says how many: its means average other seeds
+    counts = {c: len(found["clean", c]["accuracy"]) for c in COLUMNS}
+    most = max(counts.values(), default=0)
+    heads = [
+        c if counts[c] in (0, most) else f"{c} ({counts[c]} seed{'s' * (counts[c] > 1)})" for c in COLUMNS
+    ]
+    rows = ["| hostile clients | " + " | ".join(heads) + " |", "|" + "---|" * (len(COLUMNS) + 1)]
     for behaviour, f in ROWS:
         name = row_name(behaviour, f)
         cells_ = []
