@@ -234,7 +234,8 @@ def _hostile_on_top(run_dir: Path, method: str, hostile: tuple[int, ...]) -> boo
             return False
         values = reported[-1]
     values = np.nan_to_num(np.asarray(values, dtype=np.float64), nan=-np.inf)
-    return int(np.argmax(values)) in hostile and values.max() > np.max(np.delete(values, list(hostile)))
+    others = np.delete(values, [c for c in hostile if c < len(values)])
+    return int(np.argmax(values)) in hostile and (not others.size or values.max() > others.max())
 
 
 def _mean(values: list[float]) -> float:
