@@ -381,7 +381,8 @@ def test_quick_reproduction_writes_a_result_page_with_every_cell_and_continues(t
 def test_a_two_phase_table_runs_its_warm_start_first_and_prints_its_gates(tmp_path):
     """proxyfl-gated at the quick scale: phase A (labeled-only FedAvg) runs first with the same seeds and
     scale, every method of the row starts from its model (model.init_from), and the page holds every cell
-    and the three validity gates and the ordering's steps, each judged from the runs (fedhet.report.fssl_gates)."""
+    and the three validity gates and the ordering's steps, each judged from the runs
+    (fedhet.report.fssl_gates)."""
     page, out = tmp_path / "results" / "proxyfl-gated.md", tmp_path / "out"
     assert main(["reproduce", "proxyfl-gated", "--scale", "quick", "--page", str(page), "--out", str(out),
                  "--quiet"]) == 0  # fmt: skip
