@@ -252,8 +252,10 @@ class RoundLoop:
         received, failures = self.transport.send(rnd, outgoing)
         replies, rejected = accept_replies(received, self.template.state_dict())
         # the scale of the model the round started from: the update-norm guard's floor (and the adaptive
-        # adversary's, which aims just below the guard's bound)
-        global_norm = model_norm(self.strategy.global_model()) if cfg.guards.update_norm_floor else None
+        # adversary's, which aims just below the guard's bound); not measured while that guard is off
+        guard = cfg.guards
+        floored = guard.update_norm_factor and guard.update_norm_floor
+        global_norm = model_norm(self.strategy.global_model()) if floored else None
         # -- [faults] the coordinated adversary (alie, ipm, adaptive-scale; fedhet.engine.faults) ----------
         # Its colluders replace their replies with the round's honest updates in view, after the boundary and
         # before the guards and the aggregation; the same step on every transport. Nothing without [faults].
