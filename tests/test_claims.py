@@ -89,6 +89,13 @@ def test_a_row_pairs_only_the_seeds_both_methods_have_a_value_for():
     contradicted = {**row, "methods": {"a": row["methods"]["b"], "b": row["methods"]["a"]}}
     text = "\n".join(findings_section([claim], [row, contradicted], "points"))
     assert "- **contradicted**: a beats b" in text and "  - r: contradicted: mean difference -1.83" in text
+    one_seed = {**row, "methods": {"a": {"per_seed": {"0": 80.0}}, "b": {"per_seed": {"0": 78.0}}}}
+    text = "\n".join(findings_section([claim], [one_seed], "points"))  # no interval from one seed
+    assert "  - r: not resolved at 1 seed: mean difference +2.00 over 1 paired seed\n" in text + "\n"
+    # a row shown in another view than the table's (judged False) is for reading: only r is judged
+    other_view = {**contradicted, "row": "r (best)", "judged": False}
+    text = "\n".join(findings_section([claim], [row, other_view], "points"))
+    assert "- **holds**: a beats b (`a` vs `b`; 1 of 1 rows measured)" in text and "r (best)" not in text
 
 
 def test_claims_are_checked_when_a_table_loads(tmp_path):

@@ -122,6 +122,31 @@ def test_summary_last_view_is_the_mean_of_the_last_10_rounds_evaluations(tmp_pat
     assert summary["last"]["accuracy"] == pytest.approx(sum(recent) / len(recent), abs=1e-12)
     assert summary["last"]["balanced_accuracy"] <= max(line["balanced_accuracy"] for line in evaluated)
     assert "per_class_recall" not in summary["last"]  # scalars only
+    # the last 100 evaluations: all 7 here (a run evaluated fewer times averages every evaluation)
+    every = [line["accuracy"] for line in evaluated]
+    assert summary["last_100"]["accuracy"] == pytest.approx(sum(every) / len(every), abs=1e-12)
+
+
+def test_summary_last_100_view_averages_only_the_last_100_evaluations():
+    from types import SimpleNamespace
+
+    from fedhet.engine.records import run_summary
+
+    history = [{"round": r, "accuracy": float(r)} for r in range(1, 131)]  # accuracy r at round r
+    federation = SimpleNamespace(sizes=[10, 10], info={})
+    summary = run_summary(
+        small_config(train__rounds=130),
+        history,
+        run_dir=None,
+        federation=federation,
+        contributions=None,
+        standalone=None,
+        wall=0.0,
+        commit="c",
+        code_commits=[],
+    )
+    assert summary["last_100"]["accuracy"] == pytest.approx((31 + 130) / 2)  # mean of 31..130
+    assert summary["best"]["accuracy"] == 130.0 and summary["final"]["accuracy"] == 130.0
 
 
 class Interrupt(Exception):

@@ -85,6 +85,42 @@ def test_reproduce_runs_rows_and_reports_differences(tmp_path, capsys):
     assert metrics == ["accuracy", "balanced_accuracy", "balanced_accuracy", "accuracy"]
 
 
+def test_a_row_with_its_own_view_reads_it_from_the_same_runs(tmp_path, capsys):
+    cfg = tmp_path / "small.toml"
+    cfg.write_text(
+        "[data]\ndataset = 'fashion-mnist'\nsplit = 'iid'\nclients = 3\nmax_train_samples = 900\n"
+        "max_test_samples = 300\n[train]\nrounds = 3\nlocal_steps = 2\n[eval]\nevery = 1\nfairness = false\n"
+    )
+    spec = tmp_path / "table.toml"
+    spec.write_text(
+        "title = 'toy'\nseeds = 1\nmethods = ['fedavg']\n"
+        "[[rows]]\nname = 'final'\nconfig = 'small.toml'\n"
+        "[[rows]]\nname = 'level'\nconfig = 'small.toml'\nview = 'last_100'\n"
+        "[[rows]]\nname = 'peak'\nconfig = 'small.toml'\nview = 'best'\n"
+    )
+    out = tmp_path / "out"
+    assert main(["reproduce", str(spec), "--out", str(out), "--json", "--quiet"]) == 0
+    final, level, peak = json.loads(capsys.readouterr().out.strip().splitlines()[-1])["results"]
+    assert final["run_dir"] == level["run_dir"] == peak["run_dir"]  # one set of runs, three views
+    metrics = Path(final["run_dir"]) / "fedavg-seed0" / "metrics.jsonl"
+    accuracies = [
+        line["accuracy"] for line in map(json.loads, metrics.read_text().splitlines()) if "accuracy" in line
+    ]
+    assert len(accuracies) == 3  # every round evaluated: fewer than 100, so the level is their mean
+    assert level["methods"]["fedavg"]["ours"] == pytest.approx(100 * sum(accuracies) / 3, abs=1e-9)
+    assert peak["methods"]["fedavg"]["ours"] == pytest.approx(100 * max(accuracies), abs=1e-9)
+    assert final["methods"]["fedavg"]["ours"] == pytest.approx(100 * accuracies[-1], abs=1e-9)
+    md = (out / "reproduce.md").read_text()
+    assert (
+        "| level (mean of the last 100) | 3 |" in md and "| peak (best) | 3 |" in md and "| final | 3 |" in md
+    )
+    spec.write_text(spec.read_text().replace("view = 'best'", "view = 'top'"))
+    with pytest.raises(
+        ConfigError, match="row 'peak' view='top'; accepted: 'final', 'best', 'last', 'last_100'"
+    ):
+        load_spec(str(spec))
+
+
 def test_method_params_of_a_table_and_a_row_reach_the_runs(tmp_path, capsys):
     cfg = tmp_path / "small.toml"
     cfg.write_text(
@@ -311,6 +347,13 @@ def test_a_table_measured_a_few_rows_at_a_time_keeps_the_rows_already_on_its_pag
     assert page.read_text() == text  # the page as it was
     assert main(["reproduce", str(spec), "--rows", "later", "--keep-page-rows", "--quiet"]) == 2
     assert "add --page PATH" in capsys.readouterr().err
+    # A table whose view changed since the page was written: its rows would be kept under the new heading
+    spec.write_text(spec.read_text().replace("view = 'best'", "view = 'last_100'"))
+    assert main([*argv, "--rows", "later", "--keep-page-rows"]) == 2
+    assert "shows `fairness_pearson` (best) and the table now `fairness_pearson` (last_100)" in (
+        capsys.readouterr().err
+    )
+    assert page.read_text() == text
 
 
 def test_the_index_says_when_a_page_holds_only_some_rows(tmp_path):

@@ -439,11 +439,17 @@ def default_threads(jobs: int) -> int:
 
 
 #: A summary's views and the keys of their mean and std in a compare row.
-VIEW_KEYS = {"final": ("mean", "std"), "best": ("best_mean", "best_std"), "last": ("last_mean", "last_std")}
+VIEW_KEYS = {
+    "final": ("mean", "std"),
+    "best": ("best_mean", "best_std"),
+    "last": ("last_mean", "last_std"),
+    "last_100": ("last100_mean", "last100_std"),
+}
 
 
 def aggregate_rows(results: dict[str, list[dict[str, Any]]]) -> list[dict[str, Any]]:
-    """Mean and std over seeds of every scalar metric, final, best and last-10, one row per method.
+    """Mean and std over seeds of every scalar metric, final, best, last-10 rounds and last 100 evaluations,
+    one row per method.
 
     A metric some seed reports with no value (None or non-finite: Pearson of equal rewards) is averaged over
     the seeds that have one; ``defined[view][metric]`` says how many seeds that is (0: none has a value).
@@ -461,7 +467,7 @@ def aggregate_rows(results: dict[str, list[dict[str, Any]]]) -> list[dict[str, A
         row["defined"] = {}
         for view, (mk, sk) in VIEW_KEYS.items():
             row[mk], row[sk], defined = {}, {}, {}
-            views = [s.get(view) or {} for s in summaries]  # runs from before "last" existed have none
+            views = [s.get(view) or {} for s in summaries]  # runs from before a view existed have none
             keys = sorted(valueless | {k for v in views for k, x in v.items() if isinstance(x, int | float)})
             for k in keys:
                 vals = [v.get(k) for v in views]
@@ -477,7 +483,7 @@ def aggregate_rows(results: dict[str, list[dict[str, Any]]]) -> list[dict[str, A
 
 def write_rows_csv(rows: list[dict[str, Any]], path: Path) -> Path:
     """The compare table as CSV: one line per method, columns ``<view>_<metric>_mean|std`` for every scalar
-    metric of the final, best and last-10 views (the ``fedhet compare --json`` rows, flattened)."""
+    metric of the final, best, last-10 and last-100 views (the ``fedhet compare --json`` rows, flattened)."""
     import csv
 
     columns = ["method", "seeds"]

@@ -41,6 +41,10 @@ SCALAR_KEYS = (
 #: ``summary["last"]``: the mean over the evaluations of the last LAST_ROUNDS rounds (baselines.md §3.1 asks
 #: for final, best and the mean of the last 10 rounds; it also steadies curves that swing between rounds).
 LAST_ROUNDS = 10
+#: ``summary["last_100"]``: the mean over the last LAST_EVALUATIONS evaluations. A metric that swings between
+#: evaluations (FedRAC's fairness over 2,000 rounds) has a best value that is the maximum of a noisy series;
+#: the mean of the last 100 is the level a run stays at, and carries the FedRAC pages' verdicts.
+LAST_EVALUATIONS = 100
 
 
 def jsonable(obj: Any) -> Any:
@@ -161,6 +165,7 @@ def run_summary(
         "final": final,
         "best": best,
         "last": mean_scalars([_metric_view(h) for h in recent]),
+        "last_100": mean_scalars([_metric_view(h) for h in evals[-LAST_EVALUATIONS:]]),
         "contributions": [float(c) for c in contributions] if contributions is not None else None,
         "rewards": last.get("rewards"),
         "standalone": [float(s) for s in standalone] if standalone is not None else None,

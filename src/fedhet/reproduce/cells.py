@@ -3,8 +3,8 @@
 A result page keeps rows measured in earlier sessions (``--keep-page-rows``), but their runs are gone; their
 records stay (``docs/results/cells/<table>/<scale>/<row>/<method>-seed<k>.json``), so a page's findings are
 judged from every seed ever measured for it, not only from this session's. A record holds the run's summary
-views (final, best, last-10) of every scalar metric, its rounds, clients and model, the commits that computed
-it, its wall time and the command that made it.
+views (final, best, last 10 rounds, last 100 evaluations) of every scalar metric, its rounds, clients and
+model, the commits that computed it, its wall time and the command that made it.
 
 A record also holds what made its number: the run's experiment fingerprint and a digest of the code that
 computes a cell of its method (:func:`code_digest`). ``fedhet reproduce --page`` takes a cell whose record
@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from fedhet.code_version import PACKAGE
+from fedhet.comparison import VIEW_KEYS
 from fedhet.config import ExperimentConfig, load_config
 from fedhet.reproduce.spec import Spec
 
@@ -71,7 +72,7 @@ def code_digest(method: str) -> str:
     return h.hexdigest()[:16]
 
 
-VIEWS = ("final", "best", "last")
+VIEWS = tuple(VIEW_KEYS)  # every summary view a table may show
 
 
 def record_dir(cells_dir: Path, spec: Spec, scale: str, row_folder: str) -> Path:
@@ -184,12 +185,13 @@ def fill_from_records(spec: Spec, results: list[dict[str, Any]], cells_dir: Path
             continue
         folder = record_dir(cells_dir, spec, scale, row.folder)
         metric = r.get("metric") or spec.metric
+        view = r.get("view") or row.view or spec.view
         factor = row.scale if row.scale is not None else spec.scale
         for method, values in r["methods"].items():
             per_seed = {}
             for path in sorted(folder.glob(f"{method}-seed*.json")):
                 record = json.loads(path.read_text())
-                value = (record.get("views", {}).get(spec.view) or {}).get(metric)
+                value = (record.get("views", {}).get(view) or {}).get(metric)
                 per_seed[str(record["seed"])] = None if value is None else factor * value
             if per_seed:
                 values["per_seed"] = per_seed

@@ -6,7 +6,9 @@ claim is judged per row from the seeds both methods ran: the paired differences 
 a row only when the interval excludes 0 in the claimed direction, is **contradicted** when it excludes 0 the
 other way, and is otherwise **not resolved at n seeds** (one seed has no interval). Over its rows a claim
 holds when it holds on every row, is contradicted when it is contradicted on any, and is otherwise not
-resolved. Prose on a page may explain a verdict; it never states one.
+resolved. Only rows in the table's ``view`` are judged: a row shown in another view (the best over rounds
+beside the mean of the last 100 evaluations) is there for reading. Prose on a page may explain a verdict;
+it never states one.
 
     [[claims]]
     text = "CELM's global model is more accurate than FedAvg's"
@@ -108,8 +110,9 @@ class RowVerdict:
             if self.seeds > 1
             else ""
         )
-        resolved = f" at {self.seeds} seeds" if self.verdict == UNRESOLVED else ""
-        paired = f"mean difference {self.mean:+.2f} over {self.seeds} paired seeds"
+        seeds = f"{self.seeds} seed" + ("s" if self.seeds != 1 else "")
+        resolved = f" at {seeds}" if self.verdict == UNRESOLVED else ""
+        paired = f"mean difference {self.mean:+.2f} over {self.seeds} paired {seeds.split()[1]}"
         return f"{self.verdict}{resolved}: {paired}{interval}"
 
 
@@ -210,7 +213,7 @@ def evaluate(
     claims: Sequence[Claim], results: Sequence[Mapping[str, Any]]
 ) -> list[tuple[Claim, str, list[RowVerdict]]]:
     """Every claim's overall verdict and its verdict per applicable row."""
-    names = [r["row"] for r in results]
+    names = [r["row"] for r in results if r.get("judged", True)]
     out = []
     for claim in claims:
         rows = []
@@ -223,7 +226,7 @@ def evaluate(
             out.append((claim, overall(rows), rows))
             continue
         for r in results:
-            if claim.applies_to(r["row"]):
+            if claim.applies_to(r["row"]) and r.get("judged", True):
                 verdict = judge_row(claim, r)
                 if names.count(r["row"]) > 1 and r.get("metric"):  # one row name, two metrics: say which
                     verdict = dataclasses.replace(verdict, row=f"{r['row']} ({r['metric']})")
@@ -234,7 +237,7 @@ def evaluate(
 
 def _the_row(claim: Claim, results: Sequence[Mapping[str, Any]], part: str) -> Mapping[str, Any] | None:
     """The one result row whose name contains ``part`` (None if none); a ConfigError if several do."""
-    found = [r for r in results if part.lower() in r["row"].lower()]
+    found = [r for r in results if part.lower() in r["row"].lower() and r.get("judged", True)]
     if len(found) > 1:
         raise ConfigError(
             f"claim {claim.text!r}: {part!r} is part of {len(found)} row names "

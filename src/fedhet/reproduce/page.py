@@ -245,6 +245,13 @@ def read_page_rows(page: Path, spec: Spec, scale: str) -> PageRows:
             "another --page)"
         )
     body = lines[: lines.index("## Gaps and their causes")] if "## Gaps and their causes" in lines else lines
+    shown = next((m for ln in body if (m := re.search(r"Metric: `([^`]+)` \(([a-z_0-9]+)\)", ln))), None)
+    if shown and (shown.group(1), shown.group(2)) != (spec.metric, spec.view):
+        raise ConfigError(
+            f"{page} shows `{shown.group(1)}` ({shown.group(2)}) and the table now `{spec.metric}` "
+            f"({spec.view}): its rows would be kept under the wrong heading; write the page again without "
+            "--keep-page-rows (every row it should hold measured in one run), or give another --page"
+        )
     labels = {row_label(spec, row): row.name for row in spec.rows}
     table = {
         label: ln

@@ -55,8 +55,8 @@ def render_markdown(
     verdicts = findings_section(spec.claims, results, finding_unit(spec)) if findings else []
     if verdicts:
         lines += [*("#" + line if line.startswith("## ") else line for line in verdicts), ""]
-    if spec.source:
-        lines += [f"Source: {spec.source}. Metric: `{spec.metric}` ({spec.view}), ×{spec.scale:g}.", ""]
+    source = f"Source: {spec.source}. " if spec.source else ""
+    lines += [f"{source}Metric: `{spec.metric}` ({spec.view}), ×{spec.scale:g}.", ""]
     if scale:
         chosen = spec.at_scale(scale)
         lines += [
@@ -72,7 +72,7 @@ def render_markdown(
         if r.get("kept"):  # measured earlier, kept from the page as it was (--keep-page-rows)
             lines.append(r["kept"]["line"])
             continue
-        name = labelled(spec, r["row"], r.get("metric") or spec.metric)
+        name = labelled(spec, r["row"], r.get("metric") or spec.metric, r.get("view"))
         if not r["available"]:
             cells = [
                 (f"paper {v['paper'][0]:.2f}" if v.get("paper") else "—")
@@ -187,11 +187,22 @@ def write_results_csv(results: list[dict[str, Any]], path: Path) -> Path:
     return path
 
 
-def labelled(spec: Spec, name: str, metric: str) -> str:
-    """A row's name as its table line prints it: with its metric where that is not the table's."""
-    return name + (f" ({metric})" if metric != spec.metric else "")
+def labelled(spec: Spec, name: str, metric: str, view: str | None = None) -> str:
+    """A row's name as its table line prints it: with its metric and view where they are not the table's."""
+    own = [metric] if metric != spec.metric else []
+    own += [VIEW_NAMES.get(view, view)] if view and view != spec.view else []
+    return name + (f" ({', '.join(own)})" if own else "")
+
+
+#: How a row whose view is not its table's names it.
+VIEW_NAMES = {
+    "final": "final",
+    "best": "best",
+    "last": "mean of the last 10 rounds",
+    "last_100": "mean of the last 100",
+}
 
 
 def row_label(spec: Spec, row: Row) -> str:
     """The label ``render_markdown`` prints for ``row`` (how a kept row is found on a page)."""
-    return labelled(spec, row.name, row.metric or spec.metric)
+    return labelled(spec, row.name, row.metric or spec.metric, row.view)

@@ -50,7 +50,8 @@ def configured(path: Path, overrides: list[str]) -> ExperimentConfig:
 
 
 def seed_value(summary: dict[str, Any], view: str, metric: str, factor: float) -> float | None:
-    """One run's value of ``metric`` in ``view`` (final / best / last), × the display factor; None if none."""
+    """One run's value of ``metric`` in ``view`` (final / best / last / last_100), × the display factor; None
+    if none."""
     value = (summary.get(view) or {}).get(metric)
     if not isinstance(value, int | float) or not math.isfinite(value):
         return None
@@ -96,6 +97,10 @@ def run_spec(
         entry: dict[str, Any] = {
             "row": row.name,
             "metric": row.metric or spec.metric,
+            "view": row.view or spec.view,
+            # a row shown in another view than the table's (e.g. the best over rounds beside the mean of
+            # the last 100) is for reading: the findings are judged in the table's view only
+            "judged": (row.view or spec.view) == spec.view,
             "available": row.available,
             "note": note.strip(),
             "methods": {},
@@ -176,8 +181,8 @@ def run_spec(
                 },
             }
         )
-        key_mean, key_std = VIEW_KEYS[spec.view]
-        metric = entry["metric"]
+        view, metric = entry["view"], entry["metric"]
+        key_mean, key_std = VIEW_KEYS[view]
         factor = row.scale if row.scale is not None else spec.scale
         for m in wanted:
             mean = agg[m][key_mean].get(metric)
@@ -185,11 +190,11 @@ def run_spec(
             entry["methods"][m] = {
                 "ours": None if mean is None else factor * mean,
                 "ours_std": None if std is None else factor * std,
-                "defined_seeds": agg[m]["defined"][spec.view].get(metric),  # seeds with a value (None: n/a)
+                "defined_seeds": agg[m]["defined"][view].get(metric),  # seeds with a value (None: n/a)
                 "paper": row.paper.get(m),
                 "diverged": agg[m].get("diverged") or {},  # seed -> round the engine stopped the run in
                 # seed -> this view's value (None where the run has none): the claims pair seeds by it
-                "per_seed": {str(r["seed"]): seed_value(r, spec.view, metric, factor) for r in per_run[m]},
+                "per_seed": {str(r["seed"]): seed_value(r, view, metric, factor) for r in per_run[m]},
             }
         results.append(entry)
     return results

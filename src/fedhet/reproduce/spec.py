@@ -5,7 +5,7 @@ A table is a TOML file (``configs/reproduce/*.toml``)::
     title = "CELM Table 1 (Fashion-MNIST): global-model test accuracy"
     source = "paper-results.md, CELM Table 1"
     metric = "accuracy"          # a metric of summary.json
-    view = "final"               # final | best | last
+    view = "final"               # final | best | last (last 10 rounds) | last_100 (last 100 evaluations)
     scale = 100                  # display scale (accuracies in %)
     seeds = 3
     methods = ["fedavg", "celm"]
@@ -87,6 +87,7 @@ class Row:
     available: bool = True
     note: str = ""
     metric: str | None = None  # overrides the table's metric for this row
+    view: str | None = None  # overrides the table's view (final / best / last / last_100) for this row
     method_params: dict[str, dict[str, Any]] = field(default_factory=dict)  # merged over the table's
     methods: list[str] = field(default_factory=list)  # only these of the table's methods (empty: all)
     scale: float | None = None  # overrides the table's display scale for this row (e.g. ×100 accuracies)
@@ -199,6 +200,7 @@ ROW_KEYS = {
     "available",
     "note",
     "metric",
+    "view",
     "method_params",
     "methods",
     "scale",
@@ -238,8 +240,15 @@ def load_spec(name: str) -> Spec:
         raise ConfigError(f"{path}: unknown key(s) {sorted(bad)}; accepted: {sorted(known)}")
     if raw.get("gates", "") not in GATES:
         raise ConfigError(f"{path}: gates={raw.get('gates')!r}; accepted: {', '.join(map(repr, GATES))}")
-    if raw.get("view", "final") not in ("final", "best", "last"):
-        raise ConfigError(f"{path}: view={raw.get('view')!r}; accepted: 'final', 'best', 'last'")
+    from fedhet.comparison import VIEW_KEYS
+
+    for where, item in [
+        ("", raw),
+        *((f" row {r.get('name', i)!r}", r) for i, r in enumerate(raw.get("rows", []))),
+    ]:
+        if item.get("view", "final") not in VIEW_KEYS:
+            accepted = ", ".join(map(repr, VIEW_KEYS))
+            raise ConfigError(f"{path}:{where} view={item.get('view')!r}; accepted: {accepted}")
     rows = []
     for i, r in enumerate(raw.get("rows", [])):
         unknown = set(r) - ROW_KEYS
@@ -260,6 +269,7 @@ def load_spec(name: str) -> Spec:
                 method_params=_method_params(path, r.get("method_params", {})),
                 methods=list(r.get("methods", [])),
                 metric=r.get("metric"),
+                view=r.get("view"),
                 scale=float(r["scale"]) if "scale" in r else None,
                 warmstart=_warmstart(path, r),
                 scale_overrides=_row_scales(path, r),
