@@ -15,6 +15,15 @@ summed over the methods and scaled to 3 seeds. That sum is the compute of the ro
 as "took N min of compute together"); with ``--jobs 2`` on 2 otherwise idle cores the wall time is about half.
 
     python benchmarks/fedrac_row.py [--rounds 30] [--seeds 1] [--row "DIR(3.0)"] [--json]
+
+``--floor`` measures instead what no implementation on this CPU can go below: the floating-point operations
+of one round of each method (torch's ``FlopCounterMode`` over a few rounds: training, scoring and evaluation,
+every matrix product the round runs), times the full row's rounds and seeds, divided by the rate this machine
+reaches on one thread for the evaluation's own matrix product (1,000 test images x 784 -> 200, the largest
+layer, best of 400 timings). That quotient is the row's compute at the machine's peak with nothing but
+arithmetic; half of it is the wall time on 2 cores.
+
+    python benchmarks/fedrac_row.py --floor [--rounds 3]
 """
 
 from __future__ import annotations
@@ -34,6 +43,8 @@ from fedhet.reproduce.runner import row_config
 from fedhet.reproduce.spec import load_spec
 
 FULL_ROUNDS, FULL_SEEDS = 2000, 3
+#: the row's methods as its page measured them (BEFORE_MIN); later tables may add methods
+ROW_METHODS = ["fedavg", "cffl", "iafl", "fedsac", "fedrac", "fedrac-strict"]
 BEFORE_MIN = 242.5  # the DIR(3.0) row's 18 runs at 2,000 rounds (docs/results/fedrac-fairness-substitute.md)
 TARGET_MIN = 60.0
 
@@ -58,6 +69,53 @@ def extrapolated_min(cells: list[dict], key: str, rounds: int, seeds: int) -> fl
     return total / seeds * FULL_SEEDS / 60.0
 
 
+def matmul_rate_gflops(rows: int = 1_000, repeats: int = 400) -> float:
+    """The best rate (GFLOP/s) of the evaluation's largest product on this machine's current threads:
+    ``rows`` test images x 784 inputs times a 784 x 200 weight (mlp200's first layer). Short products timed
+    many times: the best of them is the rate of a core that ran undisturbed, even beside other jobs."""
+    x, w = torch.randn(rows, 784), torch.randn(784, 200)
+    torch.mm(x, w)  # warm-up
+    best = float("inf")
+    for _ in range(repeats):
+        start = time.perf_counter()
+        torch.mm(x, w)
+        best = min(best, time.perf_counter() - start)
+    return 2 * rows * 784 * 200 / best / 1e9
+
+
+def round_flops(cfg, reference, run_dir: Path) -> float:
+    """Floating-point operations per round of ``cfg`` (every torch product its rounds run)."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    sim = make_simulation(cfg, run_dir=run_dir, reference_contributions=reference)
+    with FlopCounterMode(display=False) as counter:
+        sim.run()
+    return counter.get_total_flops() / cfg.train.rounds
+
+
+def floor(row, sets: list[str], methods: list[str], seed: int) -> None:
+    """Print the row's arithmetic floor (see the module docstring)."""
+    rate = matmul_rate_gflops()
+    total = 0.0
+    with tempfile.TemporaryDirectory() as tmp:
+        os.environ["FEDHET_CACHE"] = str(Path(tmp) / "cache")
+        seeded = row_config(row, ["eval.every=1", *sets, f"seed={seed}"])
+        reference = standalone_accuracies(seeded, notify=lambda _: None, reason="benchmark")
+        for method in methods:
+            cfg = row_config(row, ["eval.every=1", *sets, f"seed={seed}", f"method.name={method}"])
+            flops = round_flops(cfg, reference, Path(tmp) / method)
+            cell_min = flops * FULL_ROUNDS / (rate * 1e9) / 60
+            total += cell_min * FULL_SEEDS
+            per_round = f"{flops / 1e9:8.1f} GFLOP per round"
+            print(f"  {method:14s} {per_round} -> {cell_min:6.1f} min per 2,000-round cell")
+    print(f"peak matrix-product rate, one thread: {rate:.1f} GFLOP/s")
+    print(
+        f"ARITHMETIC FLOOR of the row ({len(methods)} methods x {FULL_SEEDS} seeds x {FULL_ROUNDS} rounds): ",
+        end="",
+    )
+    print(f"{total:.1f} min of compute, {total / 2:.1f} min of wall time on 2 cores (target {TARGET_MIN:g})")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--table", default="fedrac-fairness-substitute")
@@ -65,15 +123,22 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=30)
     parser.add_argument("--seeds", type=int, default=1)
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--methods", default=",".join(ROW_METHODS), help="comma-separated")
     parser.add_argument("--json", action="store_true", help="end with the JSON result line")
+    parser.add_argument("--floor", action="store_true", help="the row's arithmetic floor (docstring)")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
+    methods = args.methods.split(",")
 
     spec = load_spec(args.table)
     row = next(r for r in spec.rows if r.available and args.row.lower() in r.name.lower())
     sets = [f"train.rounds={args.rounds}", f"train.threads={args.threads}", "engine.mode=vectorized"]
     base = row_config(row, ["eval.every=1", *sets])
-    print(f"{args.table}: row {row.name!r}, methods {', '.join(spec.methods)}; ", end="")
+    if args.floor:
+        print(f"{args.table}: row {row.name!r}, methods {', '.join(methods)}; {args.rounds} rounds counted")
+        floor(row, sets, methods, base.seed)
+        return
+    print(f"{args.table}: row {row.name!r}, methods {', '.join(methods)}; ", end="")
     print(f"{args.rounds} rounds x {args.seeds} seed(s), every round evaluated, ", end="")
     print(f"{args.threads} torch thread(s), one cell at a time")
     cells: list[dict] = []
@@ -86,7 +151,7 @@ def main() -> None:
             seeded = row_config(row, ["eval.every=1", *sets, f"seed={seed}"])
             reference = standalone_accuracies(seeded, notify=lambda _: None, reason="benchmark")
             prepass_s += time.perf_counter() - start
-            for n, method in enumerate(spec.methods):
+            for n, method in enumerate(methods):
                 params = {**spec.method_params.get(method, {}), **row.method_params.get(method, {})}
                 sets_m = [f"seed={seed}", f"method.name={method}"]
                 cfg = row_config(row, ["eval.every=1", *sets, *sets_m])
@@ -127,7 +192,7 @@ def main() -> None:
                 "row_minutes_extrapolated_stacked": new_full,
             },
             {"row_minutes_extrapolated_stacked": f"<= {TARGET_MIN:g}"},
-            settings=f"{args.table} row {row.name}, {len(spec.methods)} methods x {args.seeds} seed(s) x "
+            settings=f"{args.table} row {row.name}, {len(methods)} methods x {args.seeds} seed(s) x "
             f"{args.rounds} rounds, every round evaluated, {args.threads} thread(s), cells one at a time, "
             f"each run with both reward evaluations in alternating order; the full row ({FULL_ROUNDS} rounds "
             f"x "
