@@ -186,6 +186,30 @@ def test_a_claim_across_two_rows_pairs_one_methods_seeds():
         evaluate([ambiguous], results)
 
 
+def test_a_claim_across_two_rows_and_two_methods_pairs_each_methods_seeds_on_its_row():
+    """An ablation: proxyfl on the full row against fixmatch-gpl on the baseline row. d = (30.0 − 28.0,
+    31.0 − 28.5, 29.5 − 28.0) = (2.0, 2.5, 1.5): mean 2.0, sd 0.5, half-width 4.3027 · 0.5 / √3 = 1.24208
+    (by hand): [0.7579, 3.2421], holds. The methods' values on the other's row are not read (absent)."""
+    (claim,) = load_claims(
+        Path("t"),
+        [{"text": "both beat GPL", "better": "proxyfl", "than": "fixmatch-gpl", "better_row": "both",
+          "than_row": "GPL baseline"}],
+        ["fixmatch-gpl", "proxyfl"],
+    )  # fmt: skip
+    results = [
+        {"row": "GPL baseline", "methods": {"fixmatch-gpl": {"per_seed": {"0": 28.0, "1": 28.5, "2": 28.0}}}},
+        {"row": "+ GPT", "methods": {"proxyfl": {"per_seed": {"0": 99.0, "1": 99.0, "2": 99.0}}}},
+        {"row": "both", "methods": {"proxyfl": {"per_seed": {"0": 30.0, "1": 31.0, "2": 29.5}}}},
+    ]
+    ((_, verdict, (row,)),) = evaluate([claim], results)
+    assert verdict == "holds" and row.row == "both vs GPL baseline" and row.seeds == 3
+    assert (row.mean, row.low, row.high) == pytest.approx((2.0, 0.75792, 3.24208), abs=1e-4)
+    text = "\n".join(findings_section([claim], results, "points"))
+    assert "(`proxyfl` on both vs `fixmatch-gpl` on GPL baseline; 1 of 1 rows measured)" in text
+    with pytest.raises(ConfigError, match="needs than_row"):
+        load_claims(Path("t"), [{"text": "t", "better": "a", "than": "b", "better_row": "x"}], ["a", "b"])
+
+
 def test_a_claim_against_a_level_judges_each_row_by_its_distance_to_it():
     """below 1.0: d = 1.0 − value. (0.5, 0.6, 0.55): d = (0.5, 0.4, 0.45), mean 0.45, sd 0.05, half-width
     4.3027 · 0.05 / √3 = 0.12421 (by hand): holds; (1.5, 1.4, 1.45): the mirror image, contradicted;

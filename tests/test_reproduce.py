@@ -339,7 +339,21 @@ def test_a_table_measured_a_few_rows_at_a_time_keeps_the_rows_already_on_its_pag
     kept_paragraphs = [ln for ln in again.splitlines() if ln.startswith("Rows kept from the page")]
     assert len(kept_paragraphs) == 1 and "(rows `later`)" not in kept_paragraphs[0]
     assert again.count("```") == 2 and len(again.split("```")[1].strip().splitlines()) == 2
-    text = again
+    # --page-only: the page rewritten from its rows with the table's current text; nothing runs, the
+    # commands that measured the rows stay, the lines of the rows stay as printed
+    spec.write_text("gaps = 'Rewritten prose.'\n" + spec.read_text())
+    runs_before = sorted(p.name for p in (tmp_path / "out").rglob("summary.json"))
+    assert main(["reproduce", str(spec), "--page", str(page), "--page-only", "--quiet", "--json"]) == 0
+    capsys.readouterr()
+    rewritten = page.read_text()
+    assert rewritten.split("```")[1] == again.split("```")[1]  # the same two commands
+    assert iid_line in rewritten.splitlines() and later_line in rewritten.splitlines()
+    assert "Page rewritten at commit " in rewritten and "Rewritten prose." in rewritten
+    assert sorted(p.name for p in (tmp_path / "out").rglob("summary.json")) == runs_before
+    assert "| offline | — | — | — | — | — | — |" in rewritten  # the row it never measured stays unmeasured
+    text = again = rewritten
+    assert main(["reproduce", str(spec), "--page-only", "--quiet"]) == 2
+    assert "--page-only rewrites an existing result page; give it with --page PATH" in capsys.readouterr().err
     # A page of another scale is not a source of rows: refused before anything runs
     capsys.readouterr()
     assert main([*argv, "--rows", "later", "--keep-page-rows", "--scale", "cpu"]) == 2

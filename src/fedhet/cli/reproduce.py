@@ -33,6 +33,12 @@ def register(sub: argparse._SubParsersAction) -> None:
         "commands, provenance and figures: a table measured a few rows at a time",
     )
     p.add_argument(
+        "--page-only",
+        action="store_true",
+        help="rewrite --page from the rows it holds, with the table's current findings, notes and gaps; runs "
+        "nothing (its commands stay those that measured the rows)",
+    )
+    p.add_argument(
         "--rows",
         action="append",
         help="run only rows whose name contains this text (repeat it for rows matching any of several)",
@@ -102,7 +108,9 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
     spec = load_spec(args.table)
     scale = spec.at_scale(args.scale)
     kept = None
-    if args.keep_page_rows:  # read before running: a page of another table or scale stops here, not after
+    if args.page_only and not (args.page and Path(args.page).is_file()):
+        raise ConfigError("--page-only rewrites an existing result page; give it with --page PATH")
+    if args.keep_page_rows or args.page_only:  # read before running: another table or scale stops here
         if not args.page:
             raise ConfigError("--keep-page-rows keeps the rows of the page named by --page; add --page PATH")
         if Path(args.page).is_file():
@@ -138,15 +146,17 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
             jobs=args.jobs,
             scale=scale.name,
             cells_dir=cells_dir,
+            measure=not args.page_only,
         )
     wall = time.perf_counter() - started
     md = write_results(spec, results, out_dir, scale=scale.name)
     if args.page:
         from fedhet.report.provenance import commit
 
-        command = reproduce_command(args, spec.path.stem, scale.name)
+        command = None if args.page_only else reproduce_command(args, spec.path.stem, scale.name)
         cells_dir = Path(args.page).parent / "cells"
-        write_records(spec, results, cells_dir, scale=scale.name, command=command, machine=machine_line())
+        if command:
+            write_records(spec, results, cells_dir, scale=scale.name, command=command, machine=machine_line())
         page_results = keep_page_rows(spec, results, kept) if kept else results
         fill_from_records(spec, page_results, cells_dir, scale=scale.name)
         page = write_page(

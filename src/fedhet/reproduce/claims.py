@@ -19,7 +19,8 @@ it never states one.
 
 Two more forms compare one method with itself across two rows (a trend: d_s = value on ``better_row`` −
 value on ``than_row``, same seed), or with a fixed level on each row (d_s = value − ``above``, or ``below`` −
-value), judged the same way:
+value), judged the same way; ``better`` and ``than`` with ``better_row`` and ``than_row`` compare two methods
+on two rows (an ablation whose variants are rows: the full method on its row against the baseline on its):
 
     [[claims]]
     text = "On Dir 0.05 a short warm-up ends more accurate than a long one"
@@ -81,6 +82,8 @@ class Claim:
 
     def compares(self) -> str:
         """What the claim compares, for its line on a page."""
+        if self.better_row is not None and self.better != self.than:
+            return f"`{self.better}` on {self.better_row} vs `{self.than}` on {self.than_row}"
         if self.better_row is not None:
             return f"`{self.better}`: {self.better_row} vs {self.than_row}"
         if self.level is not None:
@@ -139,7 +142,12 @@ def _load_claim(path: Path, n: int, item: Any, methods: Sequence[str]) -> Claim:
     rows = item.get("rows", [])
     if not isinstance(rows, list) or not all(isinstance(r, str) for r in rows):
         raise ConfigError(f"{where}: rows must be a list of row-name parts")
-    forms = ("better, than", "method with better_row and than_row", "method with above or below")
+    forms = (
+        "better, than",
+        "better, than with better_row and than_row",
+        "method with better_row and than_row",
+        "method with above or below",
+    )
     if "method" in item:
         keys: tuple[str, ...] = ("method",)
         across = "better_row" in item or "than_row" in item
@@ -148,24 +156,25 @@ def _load_claim(path: Path, n: int, item: Any, methods: Sequence[str]) -> Claim:
             raise ConfigError(f"{where} must have one of: {'; '.join(forms)}")
     else:
         keys = ("better", "than")
-        if item.keys() & one_method or not all(isinstance(item.get(k), str) and item[k] for k in keys):
+        across_methods = {"better_row", "than_row"} if "better_row" in item or "than_row" in item else set()
+        if item.keys() & (one_method - across_methods) or not all(
+            isinstance(item.get(k), str) and item[k] for k in keys
+        ):
             raise ConfigError(f"{where} must have one of: {'; '.join(forms)}")
     for key in keys:
         if item[key] not in methods:
             raise ConfigError(f"{where}: {key} = {item[key]!r} is not one of the table's methods")
     common = dict(text=item["text"], rows=tuple(rows), lower_is_better=bool(item.get("lower_is_better")))
-    if "method" not in item:
+    if "method" not in item and "better_row" not in item and "than_row" not in item:
         return Claim(better=item["better"], than=item["than"], **common)
-    method = item["method"]
+    better, than = (item["method"],) * 2 if "method" in item else (item["better"], item["than"])
     if "above" in item or "below" in item:
         direction = "above" if "above" in item else "below"
-        return Claim(better=method, than=method, level=(direction, float(item[direction])), **common)
+        return Claim(better=better, than=than, level=(direction, float(item[direction])), **common)
     for key in ("better_row", "than_row"):
         if not isinstance(item.get(key), str) or not item[key]:
             raise ConfigError(f'{where} needs {key} = "part of a row name"')
-    return Claim(
-        better=method, than=method, better_row=item["better_row"], than_row=item["than_row"], **common
-    )
+    return Claim(better=better, than=than, better_row=item["better_row"], than_row=item["than_row"], **common)
 
 
 def judge_row(claim: Claim, row: Mapping[str, Any], than_row: Mapping[str, Any] | None = None) -> RowVerdict:

@@ -65,7 +65,7 @@ def render_page(
     results: list[dict[str, Any]],
     *,
     scale: str,
-    command: str,
+    command: str | None,
     commit: str,
     wall_s: float,
     machine: str,
@@ -100,7 +100,10 @@ def render_page(
     else:
         computed = ""
     kept_rows = [r["row"] for r in results if r.get("kept")]
-    commands = [c for c in (kept.commands if kept and kept_rows else []) if c != command] + [command]
+    # a page rewritten from its rows (command None: nothing ran) keeps the commands that measured them
+    commands = [c for c in (kept.commands if kept and kept_rows else []) if c != command] + (
+        [command] if command else []
+    )
     findings = findings_section(spec.claims, results, finding_unit(spec))
     lines = [
         PAGE_MARK.format(table=spec.path.stem, scale=scale, commit=commit, rows=rows_measured(results)),
@@ -116,9 +119,14 @@ def render_page(
         *commands,
         "```",
         "",
-        f"Page written at commit {commit}, scale **{scale}**, on {machine}; this invocation took "
-        f"{wall_s / 60:.1f} min (runs already finished in the output directory are reused, not rerun)."
-        f"{computed} Cells: ours as mean ± std over seeds / the paper's value / the difference.",
+        (
+            f"Page written at commit {commit}, scale **{scale}**, on {machine}; this invocation took "
+            f"{wall_s / 60:.1f} min (runs already finished in the output directory are reused, not rerun)."
+            if command
+            else f"Page rewritten at commit {commit} from the rows it held, with the table's current "
+            "findings, notes and gaps (`--page-only`: nothing was run)."
+        )
+        + f"{computed} Cells: ours as mean ± std over seeds / the paper's value / the difference.",
     ]
     own = [name for name in kept_rows if kept and name in kept.ran]  # kept rows that page measured itself
     if kept and own:
@@ -152,7 +160,7 @@ def write_page(
     page: Path,
     *,
     scale: str,
-    command: str,
+    command: str | None,
     commit: str,
     wall_s: float,
     kept: PageRows | None = None,

@@ -70,6 +70,7 @@ def run_spec(
     jobs: int = 1,
     scale: str = "full",
     cells_dir: Path | None = None,
+    measure: bool = True,
 ) -> list[dict[str, Any]]:
     """Run the selected rows at ``scale``; one result dict per row with our mean/std and the paper's value
     per method. The scale's overrides come first, ``overrides`` (the user's) after them. ``rows``: the text
@@ -78,7 +79,8 @@ def run_spec(
     Runs already finished in ``out_dir`` are reused (see :func:`fedhet.comparison.run_comparison`), so an
     interrupted reproduction continues where it stopped. With ``cells_dir``, a cell whose record there holds
     the same experiment and code (:func:`fedhet.reproduce.cells.recorded_summaries`) is taken from its record
-    and not run; the row's ``recorded`` lists them.
+    and not run; the row's ``recorded`` lists them. With ``measure`` False nothing runs: every row is listed
+    as not measured (a page rewritten from the rows it holds, ``--page-only``).
     """
     from fedhet.comparison import VIEW_KEYS, aggregate_rows, comparison_configs, run_comparison
     from fedhet.reproduce.cells import recorded_summaries
@@ -112,10 +114,14 @@ def run_spec(
             continue
         base = row_config(row, overrides or [])
         missing = _data_missing(base)
-        left_out = bool(wanted_rows) and not any(w.lower() in row.name.lower() for w in wanted_rows)
+        left_out = not measure or (
+            bool(wanted_rows) and not any(w.lower() in row.name.lower() for w in wanted_rows)
+        )
         if missing or left_out:  # listed, so a page says which rows it lacks and why
             made_with = " ".join(f"--rows {w!r}" for w in wanted_rows)
-            note = missing or f"not part of this reproduction (made with {made_with})"
+            note = missing or (
+                f"not part of this reproduction (made with {made_with})" if measure else "not measured yet"
+            )
             entry.update(available=False, note=note, left_out=not missing)
             for m in wanted:
                 entry["methods"][m] = {"paper": row.paper.get(m)}
