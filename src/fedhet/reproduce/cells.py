@@ -126,6 +126,9 @@ def write_records(
                 }
                 target.mkdir(parents=True, exist_ok=True)
                 path = target / f"{method}-seed{seed}.json"
+                if record["code"] is None and _vouched_for(path, record):
+                    written.append(path)  # a checkout whose code computed this run wrote it: kept as it is
+                    continue
                 path.write_text(json.dumps(record, indent=1, sort_keys=True) + "\n")
                 written.append(path)
     return written
@@ -174,6 +177,20 @@ def recorded_summaries(
             "from_record": str(path),
         }
     return out
+
+
+def _vouched_for(path: Path, record: dict[str, Any]) -> bool:
+    """Whether ``path`` already holds ``record``'s run (same experiment and commits) with a code digest: the
+    page was written again by a checkout whose code has moved on, which cannot vouch for the run, but the one
+    that wrote the record could."""
+    if not path.is_file():
+        return False
+    try:
+        old = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return False
+    same_run = (old.get("experiment"), old.get("commits")) == (record["experiment"], record["commits"])
+    return bool(old.get("code")) and same_run
 
 
 def fill_from_records(spec: Spec, results: list[dict[str, Any]], cells_dir: Path, *, scale: str) -> None:
