@@ -184,6 +184,13 @@ def test_a_claim_across_two_rows_pairs_one_methods_seeds():
     )
     with pytest.raises(ConfigError, match="'Dir' is part of 3 row names"):
         evaluate([ambiguous], results)
+    # a row's whole name picks that row, though it is also part of another's ("Dir, 5%" of "Dir, 5%, long")
+    (named,) = load_claims(
+        Path("t"), [{"text": "x", "method": "celm", "better_row": "Dir, 5%", "than_row": "30%"}], ["celm"]
+    )
+    longer = results + _one_method_rows(**{"Dir, 5%, long": [0.0, 0.0, 0.0]})
+    ((_, _, (row,)),) = evaluate([named], longer)
+    assert row.row == "Dir, 5% vs Dir, 30%" and row.mean == pytest.approx(1.0)
 
 
 def test_a_claim_across_two_rows_and_two_methods_pairs_each_methods_seeds_on_its_row():

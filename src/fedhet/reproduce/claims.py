@@ -25,7 +25,7 @@ on two rows (an ablation whose variants are rows: the full method on its row aga
     [[claims]]
     text = "On Dir 0.05 a short warm-up ends more accurate than a long one"
     method = "celm"
-    better_row = "Dir 0.05, 5%"   # part of exactly one row's name
+    better_row = "Dir 0.05, 5%"   # a row's name, or part of exactly one row's name
     than_row = "Dir 0.05, 30%"
 
     [[claims]]
@@ -245,8 +245,11 @@ def evaluate(
 
 
 def _the_row(claim: Claim, results: Sequence[Mapping[str, Any]], part: str) -> Mapping[str, Any] | None:
-    """The one result row whose name contains ``part`` (None if none); a ConfigError if several do."""
-    found = [r for r in results if part.lower() in r["row"].lower() and r.get("judged", True)]
+    """The row named ``part``, else the one result row whose name contains it (None if none); a ConfigError
+    if several do."""
+    judged = [r for r in results if r.get("judged", True)]
+    exact = [r for r in judged if r["row"].lower() == part.lower()]
+    found = exact or [r for r in judged if part.lower() in r["row"].lower()]
     if len(found) > 1:
         raise ConfigError(
             f"claim {claim.text!r}: {part!r} is part of {len(found)} row names "
