@@ -108,8 +108,8 @@ def floor(row, sets: list[str], methods: list[str], seed: int) -> dict:
             per_round[method] = flops / 1e9
             cell_min = flops * FULL_ROUNDS / (rate * 1e9) / 60
             total += cell_min * FULL_SEEDS
-            per_round = f"{flops / 1e9:8.1f} GFLOP per round"
-            print(f"  {method:14s} {per_round} -> {cell_min:6.1f} min per 2,000-round cell")
+            gflop = f"{flops / 1e9:8.1f} GFLOP per round"
+            print(f"  {method:14s} {gflop} -> {cell_min:6.1f} min per 2,000-round cell")
     print(f"peak matrix-product rate, one thread: {rate:.1f} GFLOP/s")
     print(
         f"ARITHMETIC FLOOR of the row ({len(methods)} methods x {FULL_SEEDS} seeds x {FULL_ROUNDS} rounds): ",
