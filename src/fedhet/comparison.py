@@ -78,12 +78,18 @@ def comparison_configs(
     copy of ``base``), seed-major."""
     method_params = method_params or {}
     shared = base.copy()
-    strategies = [
-        build_strategy(m, method_config(shared, m, shared.seed, method_params.get(m)).method.params)
-        for m in methods
-    ]
-    apply_method_defaults(shared, strategies)
+    with_method_defaults(shared, methods, method_params)
     return [method_config(shared, m, s, method_params.get(m)) for s in seeds for m in methods]
+
+
+def with_method_defaults(
+    base: ExperimentConfig, methods: list[str], method_params: dict[str, dict[str, Any]]
+) -> tuple[list[Any], list[str]]:
+    """The methods' strategies, with their config defaults applied to ``base`` in place (one split and one
+    model for every method of a comparison); returns the strategies and one notice per change."""
+    configs = [method_config(base, m, base.seed, method_params.get(m)) for m in methods]
+    strategies = [build_strategy(m, c.method.params) for m, c in zip(methods, configs, strict=True)]
+    return strategies, apply_method_defaults(base, strategies)
 
 
 def _needs_standalone(cfg: ExperimentConfig, auto: bool | None = None) -> bool:
@@ -238,9 +244,8 @@ def run_comparison(
     if jobs < 1:
         raise ValueError(f"jobs={jobs} must be >= 1")
     method_params = method_params or {}
-    configs = [method_config(base, m, base.seed, method_params.get(m)) for m in methods]
-    strategies = [build_strategy(m, c.method.params) for m, c in zip(methods, configs, strict=True)]
-    for notice in apply_method_defaults(base, strategies):  # in place: one split and model for all methods
+    strategies, notices = with_method_defaults(base, methods, method_params)
+    for notice in notices:
         if notify:
             notify(f"note: {notice}, for every method of the comparison (one split and one model for all)")
     out_dir.mkdir(parents=True, exist_ok=True)
