@@ -307,3 +307,20 @@ def test_the_gated_fssl_ordering_is_judged_by_paired_seeds():
     text = gates_markdown(report)
     assert "- **holds**: ProxyFL > SAGE: mean +2.00, 95 % interval [+1.50, +2.50]" in text
     assert "the ordering as a whole **contradicted** at 3 seed(s)" in text
+
+
+def test_celms_distance_from_fedavgs_weights_is_the_total_variation_to_the_sample_shares(tmp_path):
+    """Sizes 30 and 10: FedAvg weighs (0.75, 0.25). Rounds with weights (0.5, 0.5), then (0.75, 0.25): total
+    variation ½(0.25 + 0.25) = 0.25, then 0 (by hand); mean 0.125, final 0."""
+    from fedhet.studies.celm_table1_causes import weights_from_sample_shares
+
+    cell = tmp_path / "celm-seed0"
+    cell.mkdir()
+    (cell / "summary.json").write_text(json.dumps({"client_sizes": [30, 10]}))
+    lines = [
+        {"round": 1, "contributions": [0.5, 0.5]},
+        {"round": 2},
+        {"round": 3, "contributions": [0.75, 0.25]},
+    ]
+    (cell / "metrics.jsonl").write_text("\n".join(json.dumps(ln) for ln in lines) + "\n")
+    assert weights_from_sample_shares(cell) == pytest.approx((0.125, 0.0))
