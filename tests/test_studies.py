@@ -324,3 +324,23 @@ def test_celms_distance_from_fedavgs_weights_is_the_total_variation_to_the_sampl
     ]
     (cell / "metrics.jsonl").write_text("\n".join(json.dumps(ln) for ln in lines) + "\n")
     assert weights_from_sample_shares(cell) == pytest.approx((0.125, 0.0))
+
+
+def test_celm_table1_causes_correlates_celms_distance_from_fedavgs_weights_with_its_lead(tmp_path):
+    """Three seeds whose distance from the shares (0, 0.1, 0.2) grows with CELM − FedAvg (0, +1, +2 points):
+    a perfect line, r = +1; the per-seed differences are printed as they are."""
+    from fedhet.studies.celm_table1_causes import table
+
+    row = tmp_path / "runs" / "dir-0.05"
+    for seed, (shift, lead) in enumerate([(0.0, 0.0), (0.1, 0.01), (0.2, 0.02)]):
+        for method, accuracy in (("celm", 0.80 + lead), ("fedavg", 0.80)):
+            cell = row / f"{method}-seed{seed}"
+            cell.mkdir(parents=True)
+            summary = {"client_sizes": [50, 50], "final": {"accuracy": accuracy}}
+            (cell / "summary.json").write_text(json.dumps(summary))
+            line = {"round": 1, "contributions": [0.5 + shift, 0.5 - shift]}
+            (cell / "metrics.jsonl").write_text(json.dumps(line) + "\n")
+    text = table([tmp_path / "runs"], {})
+    assert "per seed ['0', '1', '2']: +0.00, +1.00, +2.00 (mean +1.00)" in text
+    assert "mean over rounds / final, per seed: 0.000 / 0.000, 0.100 / 0.100, 0.200 / 0.200" in text
+    assert "across 3 (row, seed) pairs: Pearson r between CELM's mean distance" in text and "= +1.00" in text

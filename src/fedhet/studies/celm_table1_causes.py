@@ -87,6 +87,7 @@ def table(dirs: list[Path], options: Mapping[str, Any]) -> str:
     if not rows:
         raise ValueError(f"{root} holds no rows; run `fedhet reproduce celm-table1-fmnist` first")
     out: list[str] = []
+    pairs: list[tuple[float, float]] = []  # per (row, seed): CELM's mean distance, CELM − FedAvg
     for row in rows:
         out.append(f"## {row.name}")
         celm, fedavg = final_accuracies(row, "celm"), final_accuracies(row, "fedavg")
@@ -97,7 +98,11 @@ def table(dirs: list[Path], options: Mapping[str, Any]) -> str:
                 f"CELM - FedAvg, final accuracy, per seed {common}: {', '.join(f'{d:+.2f}' for d in diff)}"
                 f" (mean {np.mean(diff):+.2f})"
             )
-        distances = [weights_from_sample_shares(c) for c in finished_seeds(row, "celm")]
+        by_seed = {
+            c.name.split("seed")[1]: weights_from_sample_shares(c) for c in finished_seeds(row, "celm")
+        }
+        distances = list(by_seed.values())
+        pairs += [(by_seed[s][0], 100 * (celm[s] - fedavg[s])) for s in common if s in by_seed]
         if distances:
             out.append(
                 "celm: weights' total-variation distance from the sample shares (FedAvg's weights), mean "
@@ -120,6 +125,12 @@ def table(dirs: list[Path], options: Mapping[str, Any]) -> str:
                 f"{100 * c['best_accuracy']:.2f}, final {100 * c['final_accuracy']:.2f}"
             )
         out.append("")
+    if len(pairs) >= 3:
+        x, y = np.array(pairs).T
+        out.append(
+            f"across {len(pairs)} (row, seed) pairs: Pearson r between CELM's mean distance from the sample "
+            f"shares and CELM − FedAvg = {np.corrcoef(x, y)[0, 1]:+.2f}"
+        )
     return "\n".join(out)
 
 
