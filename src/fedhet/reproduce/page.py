@@ -55,7 +55,11 @@ def cell_provenance(results: list[dict[str, Any]]) -> dict[str, Any]:
                 seconds += float(summary.get("wall_time_s") or 0.0)
                 # every commit a run's rounds were computed at (a resumed run may have several); older
                 # summaries name one, read when they were written
-                stretches = summary.get("fedhet_commits") or [{"commit": summary.get("fedhet_commit")}]
+                stretches = (
+                    summary.get("fedhet_commits")
+                    or [{"commit": c} for c in summary.get("commits") or []]  # a cell record's
+                    or [{"commit": summary.get("fedhet_commit")}]
+                )
                 commits.update(str(c["commit"]) for c in stretches if c.get("commit"))
     return {"runs": runs, "from_records": from_records, "run_seconds": seconds, "commits": sorted(commits)}
 
