@@ -57,7 +57,7 @@ def cell_provenance(results: list[dict[str, Any]]) -> dict[str, Any]:
                 # summaries name one, read when they were written
                 stretches = (
                     summary.get("fedhet_commits")
-                    or [{"commit": c} for c in summary.get("commits") or []]  # a cell record's
+                    or summary.get("commits")  # a cell taken from its record: the run's stretches
                     or [{"commit": summary.get("fedhet_commit")}]
                 )
                 commits.update(str(c["commit"]) for c in stretches if c.get("commit"))
