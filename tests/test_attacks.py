@@ -26,7 +26,7 @@ from fedhet.engine.faults import (
     fault_data,
     fault_for,
 )
-from fedhet.engine.guards import guard_updates, update_norms
+from fedhet.engine.guards import clip_updates, guard_updates, update_norms
 from fedhet.engine.protocol import LR_KEY, ClientData, ClientState, Instruction, Reply, TrainContext
 from fedhet.errors import ConfigError
 from fedhet.experiment import make_simulation
@@ -219,6 +219,74 @@ def test_adaptive_scale_in_a_run_is_accepted_at_0_99_times_the_bound(tmp_path):
         assert "rejected" not in line and 4 in line["clients"]
         norms = line["update_norms"]
         assert norms["4"] == pytest.approx(0.99 * 10 * float(np.median(list(norms.values()))), rel=1e-6)
+
+
+# -- the clipping guard (guards.update_norm_clip): what bounds the adaptive-scale attack --------------------
+def test_clipping_scales_only_the_updates_above_the_bound_down_to_it():
+    """Bound = 2 × the median of the five norms (numpy, from the deltas themselves); only client 4 (spread 5)
+    is above it: its Δ becomes Δ · bound / ‖Δ‖, the others are the very objects they were."""
+    w0, replies, sent = synthetic_round(5, seed=7, spread=[0.3, 1.0, 1.5, 0.7, 5.0])
+    ids = sorted(replies)
+    deltas = [numpy_deltas(replies, w0, ids, k).reshape(5, -1) for k in ("a", "b")]
+    own = np.linalg.norm(np.concatenate(deltas, axis=1), axis=1)
+    bound = 2.0 * np.median(own)
+    assert own[4] > bound and (own[:4] <= bound).all()  # the premise: only client 4 is above
+    cfg = digits_config(clients=5, guards__update_norm_clip=2.0)
+    out, scales = clip_updates(replies, sent, cfg.guards, update_norms(replies, sent))
+    assert list(scales) == [4] and scales[4] == pytest.approx(bound / own[4], rel=1e-6)
+    assert all(out[c] is replies[c] for c in range(4))
+    for key in ("a", "b"):
+        clipped = out[4].weights[key].numpy().astype(np.float64) - w0[key].numpy()
+        np.testing.assert_allclose(
+            clipped, numpy_deltas(replies, w0, [4], key)[0] * bound / own[4], rtol=1e-5
+        )
+    assert update_norms(out, sent)[4] == pytest.approx(bound, rel=1e-5)
+    assert out[4].weights["n"] is replies[4].weights["n"]  # integer buffers untouched
+    cfg.guards.update_norm_clip = 0.0
+    assert clip_updates(replies, sent, cfg.guards, update_norms(replies, sent))[1] == {}  # off
+
+
+def test_clipping_judges_nothing_in_rounds_of_fewer_than_three():
+    w0, replies, sent = synthetic_round(2, seed=7, spread=[0.1, 9.0])
+    cfg = digits_config(clients=2, guards__update_norm_clip=1.0)
+    assert clip_updates(replies, sent, cfg.guards, update_norms(replies, sent))[1] == {}
+
+
+def test_adaptive_scale_against_clipping_weighs_no_more_than_the_clip_bound(tmp_path):
+    """The attacker lands at 9.9 × the median (under the rejecting bound) and is clipped to 2 × the median of
+    the norms it sent: the line records the scale 2 · median / its norm."""
+    cfg = digits_config(
+        clients=5, rounds=2, faults__clients={"4": "adaptive-scale"}, guards__update_norm_clip=2.0
+    )
+    make_simulation(cfg, run_dir=tmp_path / "run").run()
+    for line in lines_of(tmp_path / "run"):
+        norms = line["update_norms"]
+        median = float(np.median(list(norms.values())))
+        assert 4 in line["clients"] and list(line["clipped"]) == ["4"]
+        assert line["clipped"]["4"] == pytest.approx(2.0 * median / norms["4"], rel=1e-6)
+
+
+def test_a_run_the_clipping_guard_never_acts_in_is_bit_identical_to_one_without_it(tmp_path):
+    import torch as _torch
+
+    plain = make_simulation(digits_config(clients=5, rounds=3), run_dir=tmp_path / "plain")
+    plain.run()
+    guarded = make_simulation(
+        digits_config(clients=5, rounds=3, guards__update_norm_clip=50.0), run_dir=tmp_path / "g"
+    )
+    guarded.run()
+    assert not any("clipped" in line for line in lines_of(tmp_path / "g"))
+    for (k, a), b in zip(
+        plain.strategy.global_model().state_dict().items(),
+        guarded.strategy.global_model().state_dict().values(),
+        strict=True,
+    ):
+        assert _torch.equal(a, b), k
+
+
+def test_a_clipping_factor_under_one_is_refused_with_the_fix_named():
+    with pytest.raises(ConfigError, match="guards.update_norm_clip=0.5 must be >= 1"):
+        apply_override(digits_config(), "guards.update_norm_clip", "0.5")
 
 
 # -- label-flip ----------------------------------------------------------------------------------------------

@@ -129,13 +129,14 @@ def test_a_lying_client_captures_fedavg_by_its_claimed_size(tmp_path):
 
 
 def test_the_default_guards_reject_scaled_and_lying_clients_and_nothing_else(tmp_path):
-    """On by default (factor 10 both): a clean run rejects nothing and is bit for bit the run without them
-    (one code path, one machine); a scaled and a lying client are rejected every round; off, they pass."""
+    """On by default (factor 10 both, clipping at 2): a clean run rejects and clips nothing and is bit for bit
+    the run without them (one code path, one machine); a scaled and a lying client are rejected every round;
+    off, they pass."""
     clean = digits_config()
     assert (clean.guards.update_norm_factor, clean.guards.num_examples_factor) == (10.0, 10.0)
     make_simulation(clean, run_dir=tmp_path / "clean").run()
-    assert all("rejected" not in line for line in lines_of(tmp_path / "clean"))
-    off = {"guards__update_norm_factor": 0, "guards__num_examples_factor": 0}
+    assert all("rejected" not in line and "clipped" not in line for line in lines_of(tmp_path / "clean"))
+    off = {"guards__update_norm_factor": 0, "guards__num_examples_factor": 0, "guards__update_norm_clip": 0}
     make_simulation(digits_config(**off), run_dir=tmp_path / "clean-off").run()
     assert (tmp_path / "clean" / "metrics.jsonl").read_bytes() == (
         tmp_path / "clean-off" / "metrics.jsonl"
@@ -287,19 +288,21 @@ def test_robust_celm_does_not_hand_a_random_model_the_weight(tmp_path):
     """The paper's estimate hands a random model most of the weight when nothing stops it (guards off); the
     median-rescaled evidence does not; with the default guards the random model never reaches CELM at all."""
 
-    def hostile(scale: str, guards: float) -> tuple[float, dict]:
+    def hostile(scale: str, guards: float, clip: float = 0.0) -> tuple[float, dict]:
         cfg = digits_config(clients=5, rounds=2, faults__clients={"0": "noise"})
         cfg.train.local_steps, cfg.train.local_epochs = None, 5.0  # honest models that learnt something
-        cfg.guards.update_norm_factor = guards
+        cfg.guards.update_norm_factor, cfg.guards.update_norm_clip = guards, clip
         cfg.method.name = "celm"
         cfg.method.params = {"probe_steps": 50, "warmup_fraction": 0.5, "evidence_scale": scale}
-        make_simulation(cfg, run_dir=tmp_path / f"{scale}-{guards}").run()
-        first = lines_of(tmp_path / f"{scale}-{guards}")[0]
+        make_simulation(cfg, run_dir=tmp_path / f"{scale}-{guards}-{clip}").run()
+        first = lines_of(tmp_path / f"{scale}-{guards}-{clip}")[0]
         return first["contributions"][0], first.get("rejected", {})
 
     (faithful, _), (robust, _) = hostile("off", 0), hostile("median", 0)
     assert faithful > 0.5, faithful  # the paper's estimate: the random model holds most of the weight
     assert robust < 0.2, robust  # below the fair share 1/5 (0.116 measured)
+    clipped, rejected = hostile("off", 0, clip=2.0)  # the default clipping alone, nothing rejected
+    assert not rejected and clipped < 0.2, clipped  # below the fair share (0.120 measured)
     defended, rejected = hostile("off", 10.0)  # the defaults: the paper's estimate behind the norm guard
     assert list(rejected) == ["0"] and defended == 0.0
 

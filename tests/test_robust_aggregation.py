@@ -154,7 +154,8 @@ def test_a_robust_rule_keeps_a_scaled_client_from_capturing_fedavg_end_to_end():
 
     base = {"data": {"dataset": "digits", "clients": 6, "split": "iid"},
             "train": {"rounds": 8, "lr": 0.1, "batch_size": 32},
-            "faults": {"clients": {"5": "scale"}}, "guards": {"update_norm_factor": 0}}  # fmt: skip
+            "faults": {"clients": {"5": "scale"}},
+            "guards": {"update_norm_factor": 0, "update_norm_clip": 0}}  # fmt: skip
     clean = fedhet.run({**base, "faults": {}}).accuracy
     attacked = fedhet.run(base).accuracy
     defended = fedhet.run({**base, "aggregation": {"rule": "median"}}).accuracy
@@ -188,7 +189,7 @@ def test_shapfed_with_the_median_is_not_captured_by_a_noise_client():
 
     base = {"data": {"dataset": "digits", "clients": 6, "split": "iid"},
             "train": {"rounds": 6, "lr": 0.1, "batch_size": 32}, "method": {"name": "shapfed"},
-            "faults": {"clients": {"5": "noise"}}, "guards": {"update_norm_factor": 0},
+            "faults": {"clients": {"5": "noise"}}, "guards": {"update_norm_factor": 0, "update_norm_clip": 0},
             "eval": {"fairness": False}}  # fmt: skip
     captured = fedhet.run(base)
     defended = fedhet.run({**base, "aggregation": {"rule": "median"}})

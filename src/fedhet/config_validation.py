@@ -183,6 +183,11 @@ def check_ranges(cfg: ExperimentSections) -> None:
         v = getattr(g, key)
         need(v == 0 or v > 1.0, f"guards.{key}={v} must be > 1 (a multiple of the median), or 0 (off)")
     need(
+        g.update_norm_clip == 0 or g.update_norm_clip >= 1.0,
+        f"guards.update_norm_clip={g.update_norm_clip} must be >= 1 (a multiple of the round's median update "
+        "norm), or 0 (off)",
+    )
+    need(
         0.0 <= g.update_norm_floor < 1.0,
         f"guards.update_norm_floor={g.update_norm_floor} must be in [0, 1) (a fraction of the model's "
         "norm; 0: off)",

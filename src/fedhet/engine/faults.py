@@ -46,7 +46,14 @@ from torch import Tensor
 
 from fedhet.config import ExperimentConfig
 from fedhet.config_sections import COORDINATED_FAULTS
-from fedhet.engine.guards import MIN_UPDATES_FOR_MEDIAN, update_norm_floor, update_norms
+from fedhet.engine.guards import (
+    MIN_UPDATES_FOR_MEDIAN,
+    update_bases,
+    update_delta,
+    update_norm_floor,
+    update_norms,
+    with_updates,
+)
 from fedhet.engine.protocol import ClientData, Instruction, Reply
 from fedhet.engine.seeds import derived_torch_generator
 from fedhet.errors import FedhetError
@@ -208,7 +215,7 @@ def coordinated_attack(
     }
     if not group:
         return dict(replies)
-    bases = {cid: _bases(replies[cid], sent.get(cid), updates) for cid in replies}
+    bases = {cid: update_bases(replies[cid], sent.get(cid), updates) for cid in replies}
     honest = [cid for cid, f in faults.items() if f is None] or sorted(group)
     n = len(replies)
     malicious: dict[int, dict[str, Tensor]] = {cid: {} for cid in group}  # colluder -> key -> its Δ
@@ -217,7 +224,7 @@ def coordinated_attack(
         if not colluders:
             continue
         for key in sorted(set.intersection(*(set(bases[c]) for c in honest + colluders))):
-            stacked = torch.stack([_delta(replies[c], bases[c], key) for c in honest])
+            stacked = torch.stack([update_delta(replies[c], bases[c], key) for c in honest])
             mean = stacked.mean(dim=0)
             if behaviour == "alie":  # Baruch et al. 2019, Sec. 3: μ − z·σ, σ the population std
                 z = cfg.faults.z if cfg.faults.z is not None else alie_z(n, len(colluders))
@@ -227,7 +234,7 @@ def coordinated_attack(
             for c in colluders:
                 malicious[c][key] = update
     out = {
-        cid: _sent(replies[cid], bases[cid], malicious[cid]) if cid in group else r
+        cid: with_updates(replies[cid], bases[cid], malicious[cid]) if cid in group else r
         for cid, r in replies.items()
     }
     scalers = [cid for cid, b in group.items() if b == "adaptive-scale"]
@@ -235,8 +242,8 @@ def coordinated_attack(
         floor = update_norm_floor(cfg.guards, global_norm)
         factors = _adaptive_factors(cfg, update_norms(out, sent, updates), scalers, floor)
         for c in scalers:
-            scaled = {key: factors[c] * _delta(replies[c], bases[c], key) for key in bases[c]}
-            out[c] = _sent(replies[c], bases[c], scaled)
+            scaled = {key: factors[c] * update_delta(replies[c], bases[c], key) for key in bases[c]}
+            out[c] = with_updates(replies[c], bases[c], scaled)
     return out
 
 
@@ -260,29 +267,3 @@ def _adaptive_factors(
             scale = max(median, floor)
             out[c] = ADAPTIVE_MARGIN * k * scale / norms[c] if norms[c] > 0 else 1.0
     return out
-
-
-def _bases(reply: Reply, ins: Instruction | None, updates: bool) -> dict[str, Tensor]:
-    """The reference of each floating-point tensor of ``reply`` that the update-norm guard measures
-    (fedhet.engine.guards.update_norms): the sent weight, or zero where the server sent no reference."""
-    reference = {} if updates or ins is None or ins.delta else ins.weights
-    out = {}
-    for key, value in reply.weights.items():
-        if not value.is_floating_point() or (reference and key not in reference):
-            continue  # integer buffers stay; a tensor the server did not send has no reference
-        base = reference.get(key)
-        out[key] = base.to(value.device, value.dtype) if base is not None else torch.zeros_like(value)
-    return out
-
-
-def _delta(reply: Reply, base: Mapping[str, Tensor], key: str) -> Tensor:
-    """Δ of one tensor in float64."""
-    return reply.weights[key].double() - base[key].double()
-
-
-def _sent(reply: Reply, bases: Mapping[str, Tensor], updates: Mapping[str, Tensor]) -> Reply:
-    """``reply`` with each tensor of ``updates`` replaced by base + update (float64, cast to its dtype)."""
-    weights = dict(reply.weights)
-    for key, update in updates.items():
-        weights[key] = (bases[key].double() + update.to(bases[key].device)).to(weights[key].dtype)
-    return replace(reply, weights=weights)

@@ -16,6 +16,7 @@ small to be what a random or scaled update is (N(0, 1) noise measured 36× the m
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
+from dataclasses import replace
 
 import numpy as np
 import torch
@@ -67,6 +68,32 @@ def update_norms(
     device = squares[0].device
     values = torch.stack([t.to(device) for t in squares]).sqrt().tolist()
     return dict(zip(sorted(replies), values, strict=True))
+
+
+def update_bases(reply: Reply, ins: Instruction | None, updates: bool) -> dict[str, Tensor]:
+    """The reference of each floating-point tensor of ``reply`` that :func:`update_norms` measures against:
+    the sent weight, or zero where the server sent no reference (a tensor it did not send is left out)."""
+    reference = {} if updates or ins is None or ins.delta else ins.weights
+    out = {}
+    for key, value in reply.weights.items():
+        if not value.is_floating_point() or (reference and key not in reference):
+            continue  # integer buffers stay; a tensor the server did not send has no reference
+        base = reference.get(key)
+        out[key] = base.to(value.device, value.dtype) if base is not None else torch.zeros_like(value)
+    return out
+
+
+def update_delta(reply: Reply, base: Mapping[str, Tensor], key: str) -> Tensor:
+    """Δ of one tensor of ``reply`` against its reference (:func:`update_bases`), in float64."""
+    return reply.weights[key].double() - base[key].double()
+
+
+def with_updates(reply: Reply, bases: Mapping[str, Tensor], updates: Mapping[str, Tensor]) -> Reply:
+    """``reply`` with each tensor of ``updates`` replaced by base + update (float64, cast to its dtype)."""
+    weights = dict(reply.weights)
+    for key, update in updates.items():
+        weights[key] = (bases[key].double() + update.to(bases[key].device)).to(weights[key].dtype)
+    return replace(reply, weights=weights)
 
 
 def model_norm(model: nn.Module | None) -> float | None:
@@ -160,6 +187,41 @@ def guard_updates(
                     "others', lower it, or set it to none to turn the guard off)"
                 )
     return rejected
+
+
+def clip_updates(
+    replies: Mapping[int, Reply],
+    sent: Mapping[int, Instruction],
+    guards: GuardsConfig,
+    norms: Mapping[int, float],
+    updates: bool = False,
+    global_norm: float | None = None,
+) -> tuple[dict[int, Reply], dict[int, float]]:
+    """The replies with every update longer than ``update_norm_clip`` × the round's median norm (over
+    ``replies``, 3 or more; never below the update-norm guard's floor) scaled down to that length:
+    w_i ← w_sent + (bound / ‖Δ_i‖) Δ_i, norm bounding (Sun et al., "Can You Really Backdoor Federated
+    Learning?", 2019, Sec. 4) with a bound relative to the round, as the update-norm guard's, so that it
+    carries over between models. Returns the replies (the unclipped ones the same objects: a round that clips
+    nothing is the round without the guard, bit for bit) and each clipped client's scale."""
+    out = dict(replies)
+    factor = guards.update_norm_clip
+    kept = [norms[cid] for cid in replies if cid in norms]
+    if not factor or len(kept) < MIN_UPDATES_FOR_MEDIAN:
+        return out, {}
+    median = float(np.median(kept))
+    if median <= 0.0:
+        return out, {}  # no scale to judge by (as the update-norm guard)
+    bound = factor * max(median, update_norm_floor(guards, global_norm))
+    scales: dict[int, float] = {}
+    for cid, reply in replies.items():
+        norm = norms.get(cid, 0.0)
+        if norm <= bound:
+            continue
+        scale = bound / norm
+        bases = update_bases(reply, sent.get(cid), updates)
+        out[cid] = with_updates(reply, bases, {k: scale * update_delta(reply, bases, k) for k in bases})
+        scales[cid] = scale
+    return out, scales
 
 
 def _above_median(

@@ -40,7 +40,14 @@ from fedhet.engine import checkpoint as ckpt
 from fedhet.engine.boundary import accept_descriptions, accept_replies, check_inputs, check_transport
 from fedhet.engine.evaluation import evaluate_round
 from fedhet.engine.faults import coordinated_attack
-from fedhet.engine.guards import guard_updates, model_is_finite, model_norm, update_cosines, update_norms
+from fedhet.engine.guards import (
+    clip_updates,
+    guard_updates,
+    model_is_finite,
+    model_norm,
+    update_cosines,
+    update_norms,
+)
 from fedhet.engine.protocol import LR_KEY, FederationInfo, Reply, Strategy, Transport
 from fedhet.engine.records import (
     RECORDS_FILE,
@@ -254,7 +261,7 @@ class RoundLoop:
         # the scale of the model the round started from: the update-norm guard's floor (and the adaptive
         # adversary's, which aims just below the guard's bound); not measured while that guard is off
         guard = cfg.guards
-        floored = guard.update_norm_factor and guard.update_norm_floor
+        floored = (guard.update_norm_factor or guard.update_norm_clip) and guard.update_norm_floor
         global_norm = model_norm(self.strategy.global_model()) if floored else None
         # -- [faults] the coordinated adversary (alie, ipm, adaptive-scale; fedhet.engine.faults) ----------
         # Its colluders replace their replies with the round's honest updates in view, after the boundary and
@@ -278,6 +285,10 @@ class RoundLoop:
         rejected.update(guarded)
         for cid, reason in sorted(rejected.items()):
             log.warning("round %d: rejected the update of client %d: %s", rnd, cid, reason)
+        # bound what each kept update can move (guards.update_norm_clip); measured on what was sent
+        replies, clipped = clip_updates(replies, outgoing, cfg.guards, norms, uploads, global_norm)
+        for cid, scale in sorted(clipped.items()):
+            log.info("round %d: clipped the update of client %d to %.3g of its norm", rnd, cid, scale)
         for cid, reason in sorted(failures.items()):
             log.warning("round %d: client %d failed: %s", rnd, cid, reason)
         self._count_unusable_rounds(rnd, replies, {**failures, **rejected})
@@ -302,6 +313,8 @@ class RoundLoop:
             line["failed"] = {str(k): v for k, v in sorted(failures.items())}
         if rolled_back:
             line["rolled_back"] = "the aggregated global model was not finite"
+        if clipped:
+            line["clipped"] = {str(c): v for c, v in sorted(clipped.items())}
         if norms:
             line["update_norms"] = {str(c): v for c, v in norms.items()}
         if cosines:

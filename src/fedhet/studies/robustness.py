@@ -30,7 +30,9 @@ CLIENTS = 10
 #: f -> the hostile clients (colluding: same behaviour, shared statistics for the coordinated attacks)
 HOSTILE = {1: (0,), 3: (0, 1, 2)}
 #: no guard at all: the methods as their papers publish them
-UNDEFENDED = {"guards.update_norm_factor": 0, "guards.num_examples_factor": 0}
+UNDEFENDED = {"guards.update_norm_factor": 0, "guards.num_examples_factor": 0, "guards.update_norm_clip": 0}
+#: the defaults without the clipping guard: what clipping adds to the rejecting guards
+NO_CLIPPING = {"guards.update_norm_clip": 0}
 #: Behaviour parameters beyond the [faults] defaults: a free rider hides its idleness under tiny noise (a
 #: std of 1 would be the noise attack again).
 BEHAVIOUR_SETTINGS: dict[str, dict[str, Any]] = {"free-rider": {"faults.noise_std": 1e-3}}
@@ -68,6 +70,7 @@ def _flower_rules(f: int) -> dict[str, dict[str, Any]]:
 COLUMNS: dict[str, tuple[str, str]] = {
     "FedAvg": ("undefended", "fedavg"),
     "FedAvg, defaults": ("defaults", "fedavg"),
+    "FedAvg, defaults without clipping": ("no-clipping", "fedavg"),
     **{f"+ {rule}": (rule, "fedavg") for rule in _rules(1)},
     **{column: (f"flower-{rule}", "fedavg") for rule, column in FLOWER_COLUMNS.items()},
     "CELM": ("defaults", "celm"),
@@ -92,6 +95,7 @@ def _variants(f: int) -> dict[str, tuple[tuple[str, ...], dict[str, Any]]]:
     return {
         "undefended": (("fedavg",), UNDEFENDED),
         "defaults": (DEFAULTS_METHODS, {}),
+        "no-clipping": (("fedavg",), NO_CLIPPING),
         **{rule: (("fedavg",), sets) for rule, sets in _rules(max(f, 1)).items()},
         **{rule: (("fedavg",), sets) for rule, sets in _flower_rules(max(f, 1)).items()},
     }
@@ -179,18 +183,17 @@ def hostile_weight(run_dir: Path, method: str, hostile: tuple[int, ...]) -> floa
     return float(sum(reported[-1][c] for c in hostile)) if reported else float("nan")
 
 
-def _rejected_honest(run_dir: Path, hostile: tuple[int, ...]) -> int:
-    """How many updates of honest clients the run rejected (over all rounds)."""
-    return sum(
-        1 for line in read_lines(run_dir) for cid in line.get("rejected", {}) if int(cid) not in hostile
-    )
+def _honest(run_dir: Path, hostile: tuple[int, ...], what: str) -> int:
+    """How many updates of honest clients the run ``what`` ("rejected" or "clipped") over all rounds."""
+    return sum(1 for line in read_lines(run_dir) for cid in line.get(what, {}) if int(cid) not in hostile)
 
 
 def collect(out: Path) -> dict[tuple[str, str], dict[str, list[float]]]:
-    """(row, column) -> {"weight", "accuracy", "honest_rejected", "top"} over the seeds found; "top" is 1
-    where a hostile client holds the largest weight (or reward) of the run. The clean row holds, instead,
-    "top_f1" and "top_f3": whether the clients that are hostile at that f hold it there (FedAvg's weight is
-    the sample count: a client the split made largest is on top with or without an attack)."""
+    """(row, column) -> {"weight", "accuracy", "honest_rejected", "honest_clipped", "top"} over the
+    seeds found; "top" is 1 where a hostile client holds the largest weight (or reward) of the run. The
+    clean row holds, instead, "top_f1" and "top_f3": whether the clients that are hostile at that f hold it
+    there (FedAvg's weight is the sample count: a client the split made largest is on top with or without
+    an attack)."""
     found: dict[tuple[str, str], dict[str, list[float]]] = {}
     for behaviour, f in ROWS:
         hostile = HOSTILE.get(f, ())
@@ -201,6 +204,7 @@ def collect(out: Path) -> dict[tuple[str, str], dict[str, list[float]]]:
                 "weight": [],
                 "accuracy": [],
                 "honest_rejected": [],
+                "honest_clipped": [],
                 "top": [],
             }
             for run in runs:
@@ -208,7 +212,8 @@ def collect(out: Path) -> dict[tuple[str, str], dict[str, list[float]]]:
                 cell["seed"].append(int(run.name.rsplit("seed", 1)[1]))
                 acc = summary["final"].get("accuracy")
                 cell["accuracy"].append(float("nan") if acc is None else float(acc))
-                cell["honest_rejected"].append(_rejected_honest(run, hostile))
+                cell["honest_rejected"].append(_honest(run, hostile, "rejected"))
+                cell["honest_clipped"].append(_honest(run, hostile, "clipped"))
                 if hostile:
                     cell["weight"].append(hostile_weight(run, method, hostile))
                     cell["top"].append(float(_hostile_on_top(run, method, hostile)))
@@ -332,6 +337,7 @@ def targets(found: Mapping[tuple[str, str], Mapping[str, list[float]]]) -> list[
             if gained:
                 misses.append(f"{row_name(behaviour, f)} hostile on top in {len(gained)} seed(s)")
         honest = int(sum(clean["honest_rejected"]))
+        clipped = int(sum(clean["honest_clipped"]))
         if measured == 0:
             verdict = "not measured yet (no attacked row)"
         elif misses:
@@ -341,7 +347,7 @@ def targets(found: Mapping[tuple[str, str], Mapping[str, list[float]]]) -> list[
         pending = f", {len(attacked) - measured} not yet" if measured < len(attacked) else ""
         lines.append(
             f"- **{column}** ({measured} attacked rows measured{pending}): {verdict}; honest updates "
-            f"rejected in the clean runs: {honest}"
+            f"rejected in the clean runs: {honest}; clipped: {clipped}"
         )
     return lines
 
@@ -435,8 +441,9 @@ batch {t.batch_size}, tested on {d.max_test_samples:,} test images. The hostile 
 when every update is rejected (a collapsed model is a result here).
 
 **Columns.** FedAvg as published (no guard); FedAvg with fedhet's defaults (update-norm and sample-count
-guards at 10× the round's median, the update norm's scale never below 0.01 × the global model's norm,
-non-finite updates rejected, FedRAC's delivery record); FedAvg with each
+guards rejecting at 10× the round's median, every kept update longer than 2× the median norm clipped to it,
+the update norm's scale never below 0.01 × the global model's norm, non-finite updates rejected, FedRAC's
+delivery record); the same defaults without the clipping (what clipping adds); FedAvg with each
 robust rule on top of the defaults (`aggregation.rule`: median; trimmed mean, β = 0.3; Krum and Multi-Krum
 with f assumed hostile, Multi-Krum averaging the 10 − f lowest scores; centered clipping, τ = 1, one
 iteration); the same median, trimmed mean and Krum computed by Flower's own strategies (FedMedian,
