@@ -162,13 +162,19 @@ def test_robustness_targets_are_computed_from_the_defaults_cells(tmp_path):
     from fedhet.studies import robustness
 
     ok = [{"aggregation_weights": {"0": 0.05, "5": 0.95}}]  # an honest client on top
-    _robustness_run(tmp_path / "clean" / "defaults", "fedavg", 0, 0.80, [{"rejected": {"4": "norm"}}, *ok])
+    # a clean run that rejected client 4 once and clipped client 2 once; its norms 1, 2, 6 and 1, 3, 3:
+    # medians 2 and 3, largest honest ratio 6 / 2 = 3.0 (by hand)
+    norms = [{"update_norms": {"0": 1.0, "1": 2.0, "2": 6.0}, "clipped": {"2": 0.67}}]
+    norms += [{"update_norms": {"0": 1.0, "1": 3.0, "2": 3.0}}]
+    clean_lines = [{"rejected": {"4": "norm"}}, *norms, *ok]
+    _robustness_run(tmp_path / "clean" / "defaults", "fedavg", 0, 0.80, clean_lines)
     _robustness_run(tmp_path / "noise/f1" / "defaults", "fedavg", 0, 0.79, ok)  # −1 point: within 2
     _robustness_run(tmp_path / "noise/f3" / "defaults", "fedavg", 0, 0.70, ok)  # −10 points: beyond 5
     lines = robustness.targets(robustness.collect(tmp_path))
     fedavg = next(line for line in lines if "FedAvg, defaults" in line)
     assert "(2 attacked rows measured, 26 not yet): missed in 1 case(s): noise/f3 −10.0 pts;" in fedavg
-    assert "noise/f1" not in fedavg and "honest updates rejected in the clean runs: 1" in fedavg
+    assert "noise/f1" not in fedavg and "honest updates rejected in the clean runs: 1; clipped: 1;" in fedavg
+    assert "largest honest update-norm ratio to the round's median there: 3.0" in fedavg
     assert "- **CELM**: not measured yet (no clean run)" in lines
     # a hostile client on top counts only where the same clients were not on top in the clean run: client 1
     # (hostile at f = 3) is the largest in seed 1 with and without the attack; client 0 takes it in seed 0

@@ -161,8 +161,9 @@ class GuardsConfig:
     #: Scale every kept update longer than this × the round's median update norm (never below the floor
     #: above) down to that length; 0 = off. Unlike the rejecting guard it bounds what any one update can
     #: move, so an update scaled to just under the rejecting bound weighs no more than 2 medians; a round
-    #: where no update is longer is the same as without it, bit for bit. At 2 it touched 1 honest update of
-    #: 900 in FedAvg's and CELM's clean robustness runs (largest honest ratio 3.4; docs/robustness.md).
+    #: where no update is longer is the same as without it, bit for bit. The largest honest ratio in the
+    #: robustness table's clean runs is 3.4 for FedAvg and CELM, so 2 touches few honest updates (the
+    #: results page counts them; docs/robustness.md).
     update_norm_clip: float | None = 2.0
     #: Reject a reply whose num_examples exceeds this × the round's median num_examples; 0 = off. A client
     #: that truly holds more than 10× the median needs a larger factor (its rejection says so).
