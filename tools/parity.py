@@ -2,6 +2,7 @@
 
     python tools/parity.py record OUT_DIR            # one tiny run per (method, scenario) via `fedhet run`
     python tools/parity.py compare BEFORE_DIR AFTER_DIR
+    python tools/parity.py tree BEFORE_DIR AFTER_DIR [--rename NEW=OLD] [--unless KEY]
 
 ``record`` runs each registered method on a small real-data scenario (Fashion-MNIST subsets, 4 clients,
 3 rounds, seed 0) through the command line, with a private standalone cache, so only the package's public
@@ -9,6 +10,14 @@ interface is used and the script runs unchanged before and after a redesign. ``c
 run's ``metrics.jsonl`` is byte-identical and lists the other files that differ (CSV/JSON artifacts;
 ``summary.json`` and ``timings.jsonl`` hold wall times and are compared without them). It exits 1 when a
 ``metrics.jsonl`` differs or is missing.
+
+``tree`` compares two run trees of any depth (e.g. two ``fedhet robustness run`` outputs, before and after a
+change that must not move the runs it does not act in): every finished run under AFTER (a folder with a
+``metrics.jsonl`` and a ``summary.json``) against the run at the same relative path under BEFORE, a folder
+named NEW read as OLD (``--rename``); runs whose lines hold KEY (``--unless clipped``: the change acted
+there) are counted apart. Files that are not byte-identical are compared on the keys both lines hold, and
+said so (a run made alone records no fairness where the same run beside reward methods does). It exits 1
+when a run differs.
 """
 
 from __future__ import annotations
@@ -231,6 +240,43 @@ def compare(before: Path, after: Path) -> int:
     return 1 if bad else 0
 
 
+def _shared_keys_differ(a: Path, b: Path) -> bool:
+    """Whether two metrics.jsonl files differ in their rounds or in a value of a key both lines hold (a run
+    compared alone records no fairness where the same run inside a comparison with reward methods does)."""
+    left, right = a.read_text().splitlines(), b.read_text().splitlines()
+    if len(left) != len(right):
+        return True
+    for x, y in zip(map(json.loads, left), map(json.loads, right), strict=True):
+        if any(x[k] != y[k] for k in x.keys() & y.keys()):
+            return True
+    return False
+
+
+def compare_trees(before: Path, after: Path, renames: dict[str, str], unless: str | None) -> int:
+    counts = {"identical": 0, "DIFFERS": 0, "no counterpart": 0, f"holds {unless!r}": 0}
+    differing = []
+    for mine in sorted(after.rglob("metrics.jsonl")):
+        if not (mine.parent / "summary.json").is_file():
+            continue  # not finished (or still running)
+        rel = mine.parent.relative_to(after)
+        theirs = before.joinpath(*(renames.get(part, part) for part in rel.parts)) / "metrics.jsonl"
+        if unless and any(unless in json.loads(line) for line in mine.read_text().splitlines()):
+            verdict = f"holds {unless!r}"
+        elif not theirs.is_file():
+            verdict = "no counterpart"
+        elif mine.read_bytes() == theirs.read_bytes():
+            verdict = "identical"
+        else:
+            verdict = "DIFFERS" if _shared_keys_differ(mine, theirs) else "identical on the keys both record"
+        counts[verdict] = counts.get(verdict, 0) + 1
+        if verdict == "DIFFERS":
+            differing.append(str(rel))
+    print("; ".join(f"{verdict}: {n}" for verdict, n in counts.items() if n or verdict != f"holds {None!r}"))
+    for rel in differing:
+        print(f"  differs: {rel}")
+    return 1 if differing else 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -242,7 +288,15 @@ def main(argv: list[str] | None = None) -> int:
     cmp_ = sub.add_parser("compare", help="compare two recorded trees")
     cmp_.add_argument("before", type=Path)
     cmp_.add_argument("after", type=Path)
+    tree = sub.add_parser("tree", help="compare two run trees of any depth, run by run")
+    tree.add_argument("before", type=Path)
+    tree.add_argument("after", type=Path)
+    tree.add_argument("--rename", action="append", default=[], help="NEW=OLD: a folder of AFTER named NEW")
+    tree.add_argument("--unless", help="count apart the runs of AFTER whose metrics lines hold this key")
     args = parser.parse_args(argv)
+    if args.command == "tree":
+        renames = dict(pair.split("=", 1) for pair in args.rename)
+        return compare_trees(args.before, args.after, renames, args.unless)
     if args.command == "record":
         return record(args.out, args.only.split(",") if args.only else None)
     return compare(args.before, args.after)
