@@ -427,8 +427,9 @@ def test_every_new_attack_in_one_run_is_bit_identical_twice(tmp_path):
 # -- on Flower -----------------------------------------------------------------------------------------------
 @pytest.mark.slow
 def test_the_attacks_act_on_flower_as_in_the_embedded_engine(tmp_path):
-    """The coordinated step runs in the shared round loop; label-flip and replay on the nodes (replay's memory
-    in Flower's context.state, as JSON): metrics.jsonl bit for bit as the embedded engine's."""
+    """The coordinated step and the clipping guard run in the shared round loop; label-flip and replay on the
+    nodes (replay's memory in Flower's context.state, as JSON): metrics.jsonl bit for bit as the embedded
+    engine's."""
     pytest.importorskip("flwr", reason="the Flower tests need fedhet[flower]")
     from fedhet.flower.server import run_flower_simulation
 
@@ -438,9 +439,11 @@ def test_the_attacks_act_on_flower_as_in_the_embedded_engine(tmp_path):
     cfg.train.rounds, cfg.train.local_steps, cfg.train.batch_size, cfg.train.threads = 3, 3, 16, 1
     cfg.eval.fairness = False
     cfg.faults.clients = {"0": "alie", "1": "replay", "2": "label-flip"}
+    cfg.guards.update_norm_clip = 1.0  # every update above the round's median clipped: the guard acts too
     run_flower_simulation(cfg, tmp_path / "flower")
     make_simulation(cfg, run_dir=tmp_path / "embedded").run()
     flower, embedded = lines_of(tmp_path / "flower"), lines_of(tmp_path / "embedded")
     assert flower == embedded
+    assert all(line["clipped"] for line in embedded)
     norms = [line["update_norms"]["1"] for line in embedded]
     assert norms[1] == pytest.approx(norms[0], rel=1e-5) == pytest.approx(norms[2], rel=1e-5)  # replayed
