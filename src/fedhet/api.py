@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from fedhet.config import ExperimentConfig, apply_override, from_dict, load_config
+from fedhet.config import ExperimentConfig, apply_override, from_dict, load_config, load_run_config
 from fedhet.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -205,7 +205,8 @@ def run(
     if resume and config is None:
         config = Path(out) / "config.toml"
     notify = notify or _log_notice
-    cfg = as_config(config, overrides)
+    # a resumed run reads its own config.toml as it ran (a default changed since keeps its old value there)
+    cfg = load_run_config(config) if resume else as_config(config, overrides)
     _use_dataset(cfg, dataset)
     strategy = build_strategy(cfg.method.name, cfg.method.params)  # a bad method fails before any work
     if not resume:  # a resumed run's config.toml holds them already (and any value the user chose instead)

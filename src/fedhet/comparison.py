@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 
 from fedhet.algorithms import accepted_params, build_strategy, strategy_class
-from fedhet.config import ExperimentConfig, apply_override, load_config
+from fedhet.config import ExperimentConfig, apply_override, load_run_config
 from fedhet.engine import checkpoint as ckpt
 from fedhet.engine.rundir import run_dir_state
 from fedhet.engine.warm_start import recorded_warm_start, warm_start_digest
@@ -142,7 +142,7 @@ def _same_run(cfg: ExperimentConfig, config_file: Path) -> bool:
     started from another run's model (``model.init_from``), also from the same weights as that run holds now
     (a run that did not record them, from before the record existed, is taken as the same)."""
     try:
-        if load_config(config_file).run_fingerprint() != cfg.run_fingerprint():
+        if load_run_config(config_file).run_fingerprint() != cfg.run_fingerprint():
             return False
     except FedhetError:
         return False

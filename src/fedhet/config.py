@@ -42,6 +42,7 @@ __all__ = [
     "CONFIG_DIR",
     "FAULT_BEHAVIOURS",
     "LATER_KEYS",
+    "CHANGED_DEFAULTS",
     "OPTIONAL_SECTIONS",
     "SECTIONS",
     "TOP_LEVEL",
@@ -59,6 +60,7 @@ __all__ = [
     "experiment_names",
     "from_dict",
     "load_config",
+    "load_run_config",
     "load_config_text",
     "parse_set_args",
     "parse_value",
@@ -119,7 +121,7 @@ class ExperimentConfig:
     def experiment_sections(self) -> tuple[str, ...]:
         """The sections that define the experiment: [faults], [guards] and [aggregation] only where they
         differ from their defaults, so that adding them kept every earlier run's fingerprint."""
-        optional = tuple(s for s in OPTIONAL_SECTIONS if getattr(self, s) != SECTIONS[s]())
+        optional = tuple(s for s in OPTIONAL_SECTIONS if getattr(self, s) != section_before_changes(s))
         return ("data", "model", "train", "method", "eval", *optional)
 
 
@@ -150,8 +152,24 @@ LATER_KEYS: dict[str, Any] = {
     "faults.epsilon": 0.5,
     "guards.update_norm_floor": 0.01,
     "aggregation.implementation": "fedhet",
+    "guards.update_norm_clip": 0.0,
 }
+#: Keys whose default changed after runs were recorded (dotted key -> the value before the change). A run
+#: written before holds no such key and ran with this value: its own config.toml reads it so
+#: (:func:`load_run_config`), and the optional sections are fingerprinted against these values, so such a run
+#: keeps its fingerprint and resumes as it began, while a run at the new default is another experiment.
+CHANGED_DEFAULTS: dict[str, Any] = {"guards.update_norm_clip": 0.0}
 TOP_LEVEL = {"seed": int, "out": (str, type(None)), "name": (str, type(None))}
+
+
+def section_before_changes(section: str) -> Any:
+    """The defaults of ``section`` with every :data:`CHANGED_DEFAULTS` value of it as it was before."""
+    before = SECTIONS[section]()
+    for dotted, value in CHANGED_DEFAULTS.items():
+        sec, _, key = dotted.partition(".")
+        if sec == section:
+            setattr(before, key, value)
+    return before
 
 
 def from_dict(raw: dict[str, Any]) -> ExperimentConfig:
@@ -250,6 +268,22 @@ def load_config(path: str | Path) -> ExperimentConfig:
     except OSError as exc:
         raise ConfigError(f"config file {p} cannot be read: {exc.strerror}") from exc
     return load_config_text(text, source=str(p))
+
+
+def load_run_config(path: str | Path) -> ExperimentConfig:
+    """A run directory's own config.toml, read as the run ran: a key of :data:`CHANGED_DEFAULTS` it does not
+    hold (written before the key existed) takes the value from before the change, not today's default."""
+    text = Path(path).read_text(encoding="utf-8")
+    try:
+        raw = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{path} is not valid TOML: {exc}") from exc
+    for dotted, value in CHANGED_DEFAULTS.items():
+        sec, _, key = dotted.partition(".")
+        section = raw.setdefault(sec, {})
+        if isinstance(section, dict):
+            section.setdefault(key, value)
+    return from_dict(raw)
 
 
 def load_config_text(text: str, source: str = "the config") -> ExperimentConfig:

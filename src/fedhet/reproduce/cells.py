@@ -26,7 +26,7 @@ from typing import Any
 
 from fedhet.code_version import PACKAGE
 from fedhet.comparison import VIEW_KEYS
-from fedhet.config import ExperimentConfig, load_config
+from fedhet.config import ExperimentConfig, load_run_config
 from fedhet.reproduce.spec import Spec
 
 #: Parts of the package that cannot change a cell's numbers: the commands, the tables and pages, the
@@ -107,7 +107,7 @@ def write_records(
                 config = source.parent / "config.toml"
                 record = {
                     # what made the number: taken again from here only while both still hold
-                    "experiment": load_config(config).run_fingerprint() if config.is_file() else None,
+                    "experiment": load_run_config(config).run_fingerprint() if config.is_file() else None,
                     "code": code_digest(method) if computed_by_this_code(summary, method) else None,
                     "table": spec.path.stem,
                     "scale": scale,
