@@ -561,3 +561,46 @@ def test_a_run_names_the_commit_each_stretch_of_its_rounds_ran_at_read_as_the_ro
         assert cell_provenance([result])["commits"] == sorted(
             c["commit"] for c in json.loads((path / "summary.json").read_text())["fedhet_commits"]
         )
+
+
+# -- the evaluation schedule (eval.every, eval.every_round_last) -----------------------------------------------
+def test_the_evaluation_rounds_are_every_kth_the_last_n_and_the_last():
+    from fedhet.engine.schedule import evaluates
+
+    cfg = ExperimentConfig()
+    cfg.train.rounds, cfg.eval.every, cfg.eval.every_round_last = 30, 10, 5
+    assert [r for r in range(1, 31) if evaluates(cfg, r)] == [10, 20, 26, 27, 28, 29, 30]  # by hand
+    cfg.eval.every, cfg.eval.every_round_last = 7, 0
+    assert [r for r in range(1, 31) if evaluates(cfg, r)] == [7, 14, 21, 28, 30]
+
+
+@pytest.mark.parametrize("method", ["fedavg", "fedrac"])
+def test_evaluating_fewer_rounds_changes_no_training_and_no_evaluation(tmp_path, monkeypatch, method):
+    """Every round evaluated against every 3rd plus the last 2: training lines identical in every round and
+    the evaluated rounds' lines identical in full (FedRAC: rewards and fairness too), so a long run's final
+    value and the mean of its last evaluations can be had without evaluating every round."""
+    monkeypatch.setenv("FEDHET_CACHE", str(tmp_path / "cache"))
+
+    def run(every: int, last: int, name: str) -> list[dict]:
+        cfg = ExperimentConfig()
+        cfg.data.dataset, cfg.data.clients, cfg.data.validation_fraction = "digits", 3, 0.1
+        cfg.model.name, cfg.model.params = "mlp200", {"hidden_size": 16}
+        cfg.train.rounds, cfg.train.local_steps, cfg.train.threads = 8, 2, 1
+        cfg.method.name = method
+        if method == "fedrac":
+            cfg.method.params = {"candidate_step": 4, "candidate_step_late": 4}
+        cfg.eval.every, cfg.eval.every_round_last = every, last
+        make_simulation(cfg, run_dir=tmp_path / name).run()
+        return [json.loads(s) for s in (tmp_path / name / "metrics.jsonl").read_text().splitlines()]
+
+    dense, sparse = run(1, 0, "dense"), run(3, 2, "sparse")
+    evaluated = [line["round"] for line in sparse if "accuracy" in line]
+    assert evaluated == [3, 6, 7, 8]
+    for full, few in zip(dense, sparse, strict=True):
+        if few["round"] in evaluated:
+            assert few == full
+        else:
+            assert "accuracy" not in few and few == {k: v for k, v in full.items() if k in few}
+            assert few["update_norms"] == full["update_norms"] and few["train_loss"] == full["train_loss"]
+    if method == "fedrac":
+        assert "fairness_pearson" in sparse[-1]  # rewards and fairness were evaluated

@@ -153,6 +153,7 @@ LATER_KEYS: dict[str, Any] = {
     "guards.update_norm_floor": 0.01,
     "aggregation.implementation": "fedhet",
     "guards.update_norm_clip": 0.0,
+    "eval.every_round_last": 0,
 }
 #: Keys whose default changed after runs were recorded (dotted key -> the value before the change). A run
 #: written before holds no such key and ran with this value: its own config.toml reads it so

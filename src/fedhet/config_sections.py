@@ -85,6 +85,10 @@ class TrainConfig:
 @dataclass
 class EvalConfig:
     every: int = 1
+    #: Also evaluate each of the last N rounds (0: none). With ``every = 10`` and N = 100 a run's final
+    #: evaluation and the mean of its last 100 are those of evaluating every round (evaluation changes no
+    #: training), for a fraction of the cost: what a long run's level needs, where its best needs every round.
+    every_round_last: int = 0
     batch_size: int = 2048
     #: Evaluate every client's reward model (where the method defines one).
     rewards: bool = True

@@ -174,6 +174,7 @@ def check_ranges(cfg: ExperimentSections) -> None:
     need(0.0 <= t.client_dropout < 1.0, f"train.client_dropout={t.client_dropout} must be in [0, 1)")
     need(t.threads is None or t.threads >= 1, f"train.threads={t.threads} must be >= 1")
     need(e.every >= 1, f"eval.every={e.every} must be >= 1")
+    need(e.every_round_last >= 0, f"eval.every_round_last={e.every_round_last} must be >= 0 (0: none)")
     need(e.batch_size >= 1, f"eval.batch_size={e.batch_size} must be >= 1")
     need(e.checkpoint_every >= 0, f"eval.checkpoint_every={e.checkpoint_every} must be >= 0")
     need(0.0 < e.bcf_alpha <= 1.0, f"eval.bcf_alpha={e.bcf_alpha} must be in (0, 1]")

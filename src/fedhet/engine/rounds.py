@@ -58,7 +58,7 @@ from fedhet.engine.records import (
     zero_rejected,
 )
 from fedhet.engine.rundir import claim_run_dir, write_atomic
-from fedhet.engine.schedule import dropped_clients, learning_rate, resolve_device, sample_clients
+from fedhet.engine.schedule import dropped_clients, evaluates, learning_rate, resolve_device, sample_clients
 from fedhet.engine.seeds import derived_rng, model_seed
 from fedhet.engine.warm_start import WARM_START_FILE, recorded_warm_start, warm_start_weights
 from fedhet.engine.weights import snapshot_state, weights_digest
@@ -511,7 +511,7 @@ class RoundLoop:
         tr = time.perf_counter()
         line = self.train_round(rnd)
         timing = {"round": rnd, "train_s": time.perf_counter() - tr, **self.transport.round_timing()}
-        if rnd % cfg.eval.every == 0 or rnd == cfg.train.rounds:
+        if evaluates(cfg, rnd):
             te = time.perf_counter()
             line.update(self.evaluate(rnd))
             timing["eval_s"] = time.perf_counter() - te

@@ -23,6 +23,13 @@ def resolve_device(name: str) -> torch.device:
     return torch.device(name)
 
 
+def evaluates(cfg: ExperimentConfig, rnd: int) -> bool:
+    """Whether round ``rnd`` ends with an evaluation: every ``eval.every``-th round, each of the last
+    ``eval.every_round_last`` rounds, and the last round."""
+    rounds = cfg.train.rounds
+    return rnd % cfg.eval.every == 0 or rnd == rounds or rnd > rounds - cfg.eval.every_round_last
+
+
 def learning_rate(cfg: ExperimentConfig, rnd: int) -> float:
     """The round's learning rate: constant, cosine annealing to lr_min over the rounds, or exponential."""
     t = cfg.train
