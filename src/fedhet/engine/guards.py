@@ -37,10 +37,16 @@ def update_norm(reply: Reply, sent: Instruction | None, updates: bool = False) -
     return update_norms({0: reply}, {0: sent} if sent is not None else {}, updates)[0]
 
 
+def _reference(ins: Instruction | None, updates: bool) -> Mapping[str, Tensor]:
+    """What an update is measured against: the weights the server sent in full, or nothing where it sent
+    none, sent an increment to a model only the client holds (``delta``), or the replies are updates."""
+    return {} if updates or ins is None or ins.delta else ins.weights
+
+
 def _update_parts(reply: Reply, ins: Instruction | None, updates: bool) -> Iterator[tuple[str, Tensor]]:
     """The change w_i − w_sent per floating-point tensor, as :func:`update_norm` defines it, one tensor at a
     time (the norms of the round loop hold one difference at once, not a model's worth)."""
-    reference = {} if updates or ins is None or ins.delta else ins.weights
+    reference = _reference(ins, updates)
     for key, value in reply.weights.items():
         if not value.is_floating_point():
             continue
@@ -73,7 +79,7 @@ def update_norms(
 def update_bases(reply: Reply, ins: Instruction | None, updates: bool) -> dict[str, Tensor]:
     """The reference of each floating-point tensor of ``reply`` that :func:`update_norms` measures against:
     the sent weight, or zero where the server sent no reference (a tensor it did not send is left out)."""
-    reference = {} if updates or ins is None or ins.delta else ins.weights
+    reference = _reference(ins, updates)
     out = {}
     for key, value in reply.weights.items():
         if not value.is_floating_point() or (reference and key not in reference):
