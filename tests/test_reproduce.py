@@ -572,3 +572,21 @@ def test_a_record_is_trusted_only_where_git_finds_the_methods_code_unchanged(mon
     } <= files
     assert "algorithms/proxyfl.py" not in files and "cli/run.py" not in files
     assert cells.code_digest("celm") != cells.code_digest("fedavg")
+
+
+def test_a_tables_own_set_runs_every_row_with_it_before_the_rows_own_and_the_page_says_so(tmp_path):
+    from fedhet.reproduce.render import render_markdown
+
+    (tmp_path / "small.toml").write_text("[data]\ndataset = 'digits'\n[train]\nlr = 0.01\n")
+    spec = tmp_path / "table.toml"
+    spec.write_text(
+        "title = 't'\nmethods = ['fedavg']\nset = ['guards.update_norm_clip=0', 'train.lr=0.02']\n"
+        "[[rows]]\nname = 'plain'\nconfig = 'small.toml'\n"
+        "[[rows]]\nname = 'own'\nconfig = 'small.toml'\nset = ['train.lr=0.03']\n"
+    )
+    loaded = load_spec(str(spec))
+    plain, own = (row_config(row, []) for row in loaded.rows)
+    assert (plain.guards.update_norm_clip, plain.train.lr) == (0.0, 0.02)
+    assert (own.guards.update_norm_clip, own.train.lr) == (0.0, 0.03)  # the row's own after the table's
+    text = render_markdown(loaded, [])
+    assert "Every row runs with `--set guards.update_norm_clip=0` `--set train.lr=0.02`" in text

@@ -57,6 +57,9 @@ def render_markdown(
         lines += [*("#" + line if line.startswith("## ") else line for line in verdicts), ""]
     source = f"Source: {spec.source}. " if spec.source else ""
     lines += [f"{source}Metric: `{spec.metric}` ({spec.view}), ×{spec.scale:g}.", ""]
+    if spec.overrides:
+        every = " ".join(f"`--set {o}`" for o in spec.overrides)
+        lines += [f"Every row runs with {every} (the table's own settings; see its notes).", ""]
     if scale:
         chosen = spec.at_scale(scale)
         lines += [

@@ -9,6 +9,7 @@ A table is a TOML file (``configs/reproduce/*.toml``)::
     scale = 100                  # display scale (accuracies in %)
     seeds = 3
     methods = ["fedavg", "celm"]
+    set = ["guards.update_norm_clip=0"]          # optional: overrides of every row, before the row's own
     gaps = '''Differences to the paper and their verified causes (shown on the result page).'''
 
     [[claims]]                                   # optional: the paper's findings, judged from the cells
@@ -149,6 +150,8 @@ class Spec:
     gates: str = ""
     #: The paper's findings as data; their verdicts are computed from the cells (fedhet.reproduce.claims).
     claims: list[Claim] = field(default_factory=list)
+    #: Overrides of every row (``set`` at the top of the table), already at the head of each row's own.
+    overrides: list[str] = field(default_factory=list)
 
     def at_scale(self, name: str) -> Scale:
         """The named scale: ``full`` as written, ``quick``/``cpu`` from the table or their defaults."""
@@ -234,6 +237,7 @@ def load_spec(name: str) -> Spec:
         "gaps",
         "gates",
         "claims",
+        "set",
     }
     bad = set(raw) - known
     if bad:
@@ -262,7 +266,7 @@ def load_spec(name: str) -> Spec:
             Row(
                 name=r.get("name", f"row {i}"),
                 config=cfg,
-                overrides=list(r.get("set", [])),
+                overrides=[*raw.get("set", []), *r.get("set", [])],
                 paper={m: parse_paper_value(v) for m, v in r.get("paper", {}).items()},
                 available=available,
                 note=r.get("note", ""),
@@ -302,6 +306,7 @@ def load_spec(name: str) -> Spec:
         gaps=raw.get("gaps", ""),
         gates=raw.get("gates", ""),
         claims=load_claims(path, raw.get("claims"), list(raw.get("methods", []))),
+        overrides=list(raw.get("set", [])),
     )
 
 
