@@ -563,7 +563,7 @@ def test_a_run_names_the_commit_each_stretch_of_its_rounds_ran_at_read_as_the_ro
         )
 
 
-# -- the evaluation schedule (eval.every, eval.every_round_last) -----------------------------------------------
+# -- the evaluation schedule (eval.every, eval.every_round_last) ---------------------------------------------
 def test_the_evaluation_rounds_are_every_kth_the_last_n_and_the_last():
     from fedhet.engine.schedule import evaluates
 
