@@ -21,7 +21,8 @@ def _tmp_cache(tmp_path, monkeypatch):
 def synthetic_audit() -> tuple[Audit, list[dict]]:
     """Four clients, four classes. By construction: client 0 has a low weight and evidence on one class
     (a free-rider suspect); client 1 holds 60 % of class 2's evidence (a maverick, 'dominant'); client 3's
-    updates vanish in rounds 2 and 3 (stale); client 2 was rejected in round 1 and failed in round 3."""
+    updates vanish in rounds 2 and 3 (stale); client 2 was rejected in round 1 and failed in round 3; client 1's
+    updates were clipped in rounds 2 and 3 (to 0.8 and 0.5 of their norms)."""
     debiased = [
         [1.0, 0.0, 0.0, 0.0],  # client 0: one class
         [1.0, 2.0, 6.0, 2.0],  # client 1: 6 / (6 + 2 + 2) = 60 % of class 2
@@ -48,8 +49,9 @@ def synthetic_audit() -> tuple[Audit, list[dict]]:
     lines = [
         {"round": 1, "rejected": {"2": "update norm 9 exceeds 10 × the round's median"},
          "update_norms": {"0": 1.0, "1": 1.2, "2": 90.0, "3": 0.9}},
-        {"round": 2, "update_norms": {"0": 1.0, "1": 1.1, "2": 1.0, "3": 0.0}},
-        {"round": 3, "failed": {"2": "crash"}, "update_norms": {"0": 1.0, "1": 1.0, "3": 0.005}},
+        {"round": 2, "update_norms": {"0": 1.0, "1": 1.1, "2": 1.0, "3": 0.0}, "clipped": {"1": 0.8}},
+        {"round": 3, "failed": {"2": "crash"}, "update_norms": {"0": 1.0, "1": 1.0, "3": 0.005},
+         "clipped": {"1": 0.5}},
     ]  # fmt: skip
     return audit, lines
 
@@ -65,6 +67,7 @@ def test_flags_on_a_hand_built_run():
         (0, "free-rider suspect", "weight 0.100 = 0.40 × 1/N; evidence on 1 of 4 classes (share ≥ 1/(2N))"),
         (1, "maverick", "class 2: dominant holder (60 % of its evidence); weight 0.300 = 1.20 × 1/N"),
         (2, "rejected updates", "1 round(s) (1); round 1: update norm 9 exceeds 10 × the round's median"),
+        (1, "clipped updates", "2 round(s) (2, 3); smallest scale 0.5 (round 3)"),
         (2, "failed rounds", "1 round(s) (3); round 3: crash"),
         (3, "stale uploads", "2 round(s) (2, 3) with an update norm below 0.01 × the round's median; "
          "round 2: 0 vs 1"),
@@ -109,6 +112,7 @@ def test_audit_of_a_real_run_names_the_stale_client_and_writes_its_report(tmp_pa
     args = ["run", "celm/fmnist-maverick", "--rounds", "4", "--out", str(run)]
     for s in ("data.max_train_samples=3000", "data.max_test_samples=500", "faults.clients.3=stale",
               "faults.clients.5=nan",  # its evidence rows are NaN (null in records.json): the heatmap copes
+              "faults.clients.7=adaptive-scale",  # under the rejecting bound: the clipping guard shortens it
               "method.params.warmup_fraction=0.25", "eval.every=2"):  # fmt: skip
         args += ["--set", s]
     assert cli_main(args) == 0
@@ -116,9 +120,10 @@ def test_audit_of_a_real_run_names_the_stale_client_and_writes_its_report(tmp_pa
     assert all(ln["update_norms"]["3"] == 0.0 and ln["update_norms"]["0"] > 0 for ln in lines)
     truth = ground_truth(run)
     assert truth["stale uploads"] == [3] and 0 in truth["maverick"]  # the rare class's sole holder
-    assert truth["rejected updates"] == [5]
+    assert truth["rejected updates"] == [5] and truth["clipped updates"] == [7]
     audit = load_audit(run)
     assert audit.flagged("stale uploads") == [3] and audit.flagged("rejected updates") == [5]
+    assert 7 in audit.flagged("clipped updates")
     assert audit.class_shares.shape == (10, 10) and audit.num_clients == 10
     out = tmp_path / "report" / "audit.md"
     assert cli_main(["audit", str(run), "--out", str(out), "--html"]) == 0

@@ -16,6 +16,9 @@ The flags, each with the numbers behind it (thresholds in :class:`AuditSettings`
   "sole" from ``sole_share``);
 - **rejected updates** / **failed rounds**: the rounds the server refused the client's update or got none,
   with the first reason;
+- **clipped updates**: the rounds the clipping guard shortened the client's update
+  (``guards.update_norm_clip``), with the smallest scale: an update far longer than the round's, which an
+  honest client of very unusual data can send too;
 - **stale uploads**: rounds in which the client's update norm was below ``stale_ratio`` × the round's median
   (a client that sends back what it was sent, or barely trains).
 """
@@ -32,13 +35,15 @@ from typing import Any
 
 import numpy as np
 
-from fedhet.config import from_dict
+from fedhet.config import load_run_config
 from fedhet.errors import ConfigError
 from fedhet.report import figures as F
 from fedhet.report.artifacts import celm_evidence, float_array
 from fedhet.report.markdown import find_runs
 
-FLAGS = ("free-rider suspect", "maverick", "rejected updates", "failed rounds", "stale uploads")
+FLAGS = (
+    "free-rider suspect", "maverick", "rejected updates", "clipped updates", "failed rounds", "stale uploads",
+)  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -184,21 +189,23 @@ def flag_clients(audit: Audit, lines: Sequence[dict[str, Any]], s: AuditSettings
                     for k, v in held
                 )
                 flags.append(Flag(i, "maverick", text + f"; weight {w[i]:.3f} = {w[i] / uniform:.2f} × 1/N"))
-    for key, kind in (("rejected", "rejected updates"), ("failed", "failed rounds")):
+    for key, kind in (
+        ("rejected", "rejected updates"),
+        ("clipped", "clipped updates"),
+        ("failed", "failed rounds"),
+    ):
         events: dict[int, list[tuple[int, str]]] = {}
         for ln in lines:
             for cid, reason in (ln.get(key) or {}).items():
                 events.setdefault(int(cid), []).append((int(ln["round"]), str(reason)))
         for cid in sorted(events):
             rounds = [r for r, _ in events[cid]]
-            first_round, reason = events[cid][0]
-            flags.append(
-                Flag(
-                    cid,
-                    kind,
-                    f"{len(rounds)} round(s) ({_round_list(rounds)}); round {first_round}: {reason}",
-                )
-            )
+            if key == "clipped":  # the recorded value is the scale the update was multiplied by
+                smallest = min(events[cid], key=lambda e: float(e[1]))
+                detail = f"smallest scale {float(smallest[1]):.3g} (round {smallest[0]})"
+            else:
+                detail = "round {}: {}".format(*events[cid][0])
+            flags.append(Flag(cid, kind, f"{len(rounds)} round(s) ({_round_list(rounds)}); {detail}"))
     stale: dict[int, list[tuple[int, float, float]]] = {}
     for ln in lines:
         norms = {int(c): float(v) for c, v in (ln.get("update_norms") or {}).items()}
@@ -279,15 +286,19 @@ def ground_truth(run_dir: Path, s: AuditSettings | None = None) -> dict[str, lis
     dominant = (counts >= s.dominant_share * np.where(totals > 0, totals, np.inf)).any(axis=1)
     truth["maverick"] = [int(i) for i in np.flatnonzero(dominant)]
     config = tomllib.loads((run_dir / "config.toml").read_text())
-    guards = from_dict({"guards": config.get("guards", {})}).guards  # the defaults where the run set none
+    guards = load_run_config(run_dir / "config.toml").guards  # as the run ran (defaults it did not set)
     refused = {"nan"}  # non-finite updates are always refused; the others only by the guards that catch them
     if guards.update_norm_factor:
         refused |= {"noise", "scale"}
     if guards.num_examples_factor or guards.max_num_examples is not None:
         refused.add("lie-num-examples")
+    # updates longer than the clip's bound that pass the rejecting guard: scaled under its bound on purpose
+    clipped = {"adaptive-scale", "noise", "scale"} if guards.update_norm_clip else set()
     for cid, behaviour in config.get("faults", {}).get("clients", {}).items():
         if behaviour in refused:
             truth["rejected updates"].append(int(cid))
+        elif behaviour in clipped:
+            truth["clipped updates"].append(int(cid))
         kind = {"stale": "stale uploads", "crash": "failed rounds", "drop": "failed rounds"}.get(behaviour)
         if kind:
             truth[kind].append(int(cid))
