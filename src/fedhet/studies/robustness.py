@@ -486,7 +486,9 @@ the cells below hold {seeds_text} seed(s), recorded at commit(s) {recorded}, {ho
 Computed from the cells below: with the defaults no attack puts a hostile client on top (counted in a seed
 only where the same clients were not on top in that seed's clean run: FedAvg weighs by sample count, so a
 client the split made largest is on top with or without an attack), the final accuracy stays within 2 points
-of the clean run at f = 1 and within 5 points at f = 3, and no honest update is rejected in a clean run.
+of the clean run at f = 1 and within 5 points at f = 3, and no honest update is rejected in a clean run. Each
+line also counts the honest updates the clipping guard shortened in the clean runs, and the largest ratio of
+an honest update's norm to its round's median there (how close honest clients come to the guards).
 
 {chr(10).join(targets(found))}
 
