@@ -20,9 +20,9 @@ def _tmp_cache(tmp_path, monkeypatch):
 
 def synthetic_audit() -> tuple[Audit, list[dict]]:
     """Four clients, four classes. By construction: client 0 has a low weight and evidence on one class
-    (a free-rider suspect); client 1 holds 60 % of class 2's evidence (a maverick, 'dominant'); client 3's
-    updates vanish in rounds 2 and 3 (stale); client 2 was rejected in round 1 and failed in round 3; client 1's
-    updates were clipped in rounds 2 and 3 (to 0.8 and 0.5 of their norms)."""
+    (a free-rider suspect); client 1 holds 60 % of class 2's evidence (a maverick, 'dominant'); client
+    3's updates vanish in rounds 2 and 3 (stale); client 2 was rejected in round 1 and failed in round 3;
+    client 1's updates were clipped in rounds 2 and 3 (to 0.8 and 0.5 of their norms)."""
     debiased = [
         [1.0, 0.0, 0.0, 0.0],  # client 0: one class
         [1.0, 2.0, 6.0, 2.0],  # client 1: 6 / (6 + 2 + 2) = 60 % of class 2

@@ -278,21 +278,134 @@ def test_the_study_command_lists_tabulates_draws_and_refuses_clearly(tmp_path, c
         main(["study", "fedrac-causes", "run"])
 
 
-def test_fedhet_robustness_page_writes_the_results_page_and_figure_from_recorded_runs(tmp_path, capsys):
+def test_fedhet_robustness_page_writes_the_results_page_and_figure_from_recorded_runs(
+    tmp_path, capsys, monkeypatch
+):
     from fedhet.cli import main
+    from fedhet.reproduce import cells as reproduce_cells
+    from fedhet.studies import robustness
 
+    monkeypatch.setattr(reproduce_cells, "computed_by_this_code", lambda summary, method: True)
+    by_path = {cell.path: cell for cell in robustness.cells()}
     lines = [{"aggregation_weights": {"0": 0.1}}]
     runs = tmp_path / "runs"
-    _robustness_run(runs / "noise/f1" / "undefended", "fedavg", 0, 0.5, lines, fedhet_commit="abc1234")
-    _robustness_run(runs / "clean" / "undefended", "fedavg", 0, 0.8, lines, fedhet_commit="abc1234")
+    for path, acc in (("noise/f1/undefended", 0.5), ("clean/undefended", 0.8)):
+        _robustness_run(runs / path, "fedavg", 0, acc, lines, fedhet_commit="abc1234")
+        (runs / path / "fedavg-seed0" / "config.toml").write_text(
+            _cell_config_toml(by_path[path], "fedavg", 0)
+        )
     (tmp_path / "checkout" / "docs").mkdir(parents=True)
     assert main(["robustness", "page", "--out", str(runs), "--root", str(tmp_path / "checkout")]) == 0
     page = (tmp_path / "checkout" / "docs" / "results" / "robustness.md").read_text()
-    assert "| noise/f1 | 0.10 · 50.0 (-30.0) |" in page and "1 seed(s), recorded at commit(s) abc1234" in page
+    assert "| noise/f1 | 0.10 · 50.0 (-30.0) |" in page and "1 seed(s), computed at commit(s) abc1234" in page
     assert "- **CELM**: not measured yet (no clean run)" in page
     assert (tmp_path / "checkout" / "docs" / "figures" / "robustness.png").stat().st_size > 10_000
-    assert main(["robustness", "page", "--out", str(tmp_path / "none")]) == 2
+    (tmp_path / "empty" / "docs").mkdir(parents=True)
+    args = ["robustness", "page", "--out", str(tmp_path / "none"), "--root", str(tmp_path / "empty")]
+    assert main(args) == 2
     assert "run `fedhet robustness run --out" in capsys.readouterr().err
+
+
+def _cell_config_toml(cell, method: str, seed: int, **changes) -> str:
+    """The config.toml a run of ``cell`` writes (its config, overrides and method), with ``changes``."""
+    from fedhet.api import as_config
+    from fedhet.comparison import comparison_configs
+    from fedhet.config import to_toml
+
+    base = as_config(cell.config, {**cell.overrides, **changes})
+    return to_toml(comparison_configs(base, list(cell.methods), [seed])[[*cell.methods].index(method)])
+
+
+def test_robustness_records_its_runs_and_renders_the_page_from_the_records_alone(tmp_path, monkeypatch):
+    """Runs are scratch, records are committed: `fedhet robustness page --out RUNS` records each finished run
+    of a cell as defined now (a run of another experiment is not recorded), and the page rendered again
+    with the runs deleted shows the same cells. A record of a cell whose definition has since changed (its
+    experiment fingerprint differs) is not shown."""
+    from fedhet.cli import main
+    from fedhet.reproduce import cells as reproduce_cells
+    from fedhet.studies import robustness
+
+    monkeypatch.setattr(reproduce_cells, "computed_by_this_code", lambda summary, method: True)
+    by_path = {cell.path: cell for cell in robustness.cells()}
+    runs, root = tmp_path / "runs", tmp_path / "checkout"
+    (root / "docs").mkdir(parents=True)
+    lines = [{"aggregation_weights": {"0": 0.1, "1": 0.9}, "accuracy": 0.5}]
+    for path, acc, changes in (
+        ("clean/undefended", 0.8, {}),
+        ("noise/f1/undefended", 0.5, {}),
+        ("noise/f3/undefended", 0.6, {"train.rounds": 2}),  # not the cell's experiment: not recorded
+    ):
+        _robustness_run(runs / path, "fedavg", 0, acc, lines, fedhet_commit="abc1234", wall_time_s=36.0)
+        config = _cell_config_toml(by_path[path], "fedavg", 0, **changes)
+        (runs / path / "fedavg-seed0" / "config.toml").write_text(config)
+    assert main(["robustness", "page", "--out", str(runs), "--root", str(root)]) == 0
+    records = root / robustness.RECORDS
+    assert sorted(p.relative_to(records).as_posix() for p in records.rglob("*.json")) == [
+        "clean/undefended/fedavg-seed0.json",
+        "noise/f1/undefended/fedavg-seed0.json",
+    ]
+    record = json.loads((records / "noise/f1/undefended/fedavg-seed0.json").read_text())
+    # the values the table reads, by hand: weight 0.1 (client 0's share), final accuracy 0.5
+    assert record["values"]["weight"] == pytest.approx(0.1) and record["values"]["accuracy"] == 0.5
+    assert record["commits"] == ["abc1234"] and record["code"] == reproduce_cells.code_digest("fedavg")
+    first = (root / robustness.PAGE).read_text()
+    assert "| noise/f1 | 0.10 · 50.0 (-30.0) |" in first and "| noise/f3 | – |" in first
+    assert "computed at commit(s) abc1234, 0.0 CPU-hours" in first  # 2 × 36 s = 0.02 h
+
+    import shutil
+
+    shutil.rmtree(runs)
+    assert main(["robustness", "page", "--out", str(runs), "--root", str(root)]) == 0
+    assert (root / robustness.PAGE).read_text() == first
+    # the clean cell redefined (here: its record says another experiment): its seed is gone from the page
+    clean = records / "clean/undefended/fedavg-seed0.json"
+    clean.write_text(json.dumps({**json.loads(clean.read_text()), "experiment": "0123456789abcdef"}))
+    assert main(["robustness", "page", "--root", str(root)]) == 0
+    page = (root / robustness.PAGE).read_text()
+    assert "| noise/f1 | 0.10 · 50.0 |" in page and "| clean | – |" in page
+
+
+@pytest.mark.slow
+def test_a_recorded_study_skips_recorded_seeds_without_its_runs_and_reruns_them_when_the_code_changes(
+    tmp_path, monkeypatch
+):
+    """run_study with records, on a one-cell study (FedAvg, real Fashion-MNIST subset, two rounds): the
+    finished run is recorded with the value its table reads; with the runs deleted, a second run makes no
+    run (its seed is recorded by the same code); after a change to the method's code it runs again."""
+    from fedhet.reproduce import cells as reproduce_cells
+    from fedhet.studies.base import CompareCell, Study, read_summary, run_study
+
+    monkeypatch.setattr(reproduce_cells, "computed_by_this_code", lambda summary, method: True)
+    cell = CompareCell("tiny", "robustness/fmnist-n10", ("fedavg",), {"train.rounds": 2, "eval.every": 1})
+    study = Study(
+        name="tiny",
+        title="one cell",
+        page="none.md",
+        default_out="runs/tiny",
+        table=lambda dirs, options: "",
+        cells=lambda: [cell],
+        record=lambda cell, run, method: {"final": read_summary(run)["final"]["accuracy"]},
+    )
+    tiny = {"data.max_train_samples": 600, "data.max_test_samples": 200}
+    runs, records = tmp_path / "runs", tmp_path / "records"
+    said: list[str] = []
+    run_study(study, runs, seeds=1, jobs=1, overrides=tiny, echo=said.append, records=records)
+    summary = json.loads((runs / "tiny" / "fedavg-seed0" / "summary.json").read_text())
+    record = json.loads((records / "tiny" / "fedavg-seed0.json").read_text())
+    assert record["values"] == {"final": summary["final"]["accuracy"]} and record["seed"] == 0
+    assert said == ["[seed 0: 1/1] tiny: robustness/fmnist-n10 fedavg train.rounds=2 eval.every=1"]
+
+    import shutil
+
+    shutil.rmtree(runs)
+    said.clear()
+    run_study(study, runs, seeds=1, jobs=2, overrides=tiny, echo=said.append, records=records)
+    assert not runs.exists() and said == ["[seed 0] 1 of 1 cells recorded already"]
+    # the method's code changed since the record (its digest differs): that seed runs again
+    monkeypatch.setattr(reproduce_cells, "code_digest", lambda method: "changed-code")
+    run_study(study, runs, seeds=1, jobs=1, overrides=tiny, echo=said.append, records=records)
+    assert (runs / "tiny" / "fedavg-seed0" / "summary.json").is_file()
+    assert json.loads((records / "tiny" / "fedavg-seed0.json").read_text())["code"] == "changed-code"
 
 
 def test_the_gated_fssl_ordering_is_judged_by_paired_seeds():

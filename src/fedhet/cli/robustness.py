@@ -1,10 +1,13 @@
 """``fedhet robustness``: the robustness table of every attack against every defence, and its results page.
 
     fedhet robustness run [--out DIR] [--seeds N] [--jobs N]     # the cells (resumable), then the page
-    fedhet robustness page [--out DIR]                            # the page from the runs already made
+    fedhet robustness page [--out DIR]                            # the page from the records (and runs)
 
-The cells are those of ``fedhet study robustness`` (:mod:`fedhet.studies.robustness`); ``page`` writes
-docs/results/robustness.md and docs/figures/robustness.png of the checkout (or ``--root``).
+The cells are those of ``fedhet study robustness`` (:mod:`fedhet.studies.robustness`). Each finished run is
+recorded under docs/results/cells/robustness/ of the checkout (or ``--root``); ``run`` skips the seeds
+recorded there by the same code, so the table fills across sessions even when the runs are gone. ``page``
+records the finished runs of ``--out`` and writes docs/results/robustness.md and docs/figures/robustness.png
+from the records.
 """
 
 from __future__ import annotations
@@ -38,18 +41,26 @@ def register(sub: argparse._SubParsersAction) -> None:
 def cmd_robustness(args: argparse.Namespace) -> int:
     from fedhet.errors import ConfigError
     from fedhet.studies import get_study, run_study
-    from fedhet.studies.robustness import write_page
+    from fedhet.studies.robustness import RECORDS, write_page
 
-    if args.action == "run":
-        run_study(
-            get_study("robustness"), args.out, args.seeds, args.jobs, echo=lambda s: print(s, flush=True)
-        )
-    if not args.out.is_dir():
-        raise ConfigError(f"{args.out} does not exist; run `fedhet robustness run --out {args.out}` first")
     root = args.root or Path(__file__).resolve().parents[3]
     if not (root / "docs").is_dir():
         raise ConfigError(
             f"{root} has no docs/ folder; pass --root with the fedhet checkout to write the page in"
+        )
+    records = root / RECORDS
+    if args.action == "run":
+        run_study(
+            get_study("robustness"),
+            args.out,
+            args.seeds,
+            args.jobs,
+            echo=lambda s: print(s, flush=True),
+            records=records,
+        )
+    elif not (args.out.is_dir() or records.is_dir()):
+        raise ConfigError(
+            f"neither {args.out} nor {records} exists; run `fedhet robustness run --out {args.out}` first"
         )
     path = write_page(args.out, root, draw=not args.no_figure)
     print(f"wrote {path}")

@@ -5,6 +5,12 @@ the robustness table, the audit's precision and recall, data-free fairness, and 
 reproduction's runs to explain its gaps. Each study module defines ``STUDY``; ``fedhet study NAME ACTION``
 runs it. A study that makes runs lists them as :class:`CompareCell` s, each run by :func:`fedhet.compare`
 into ``OUT/<cell path>``: finished cells are reused, so an interrupted ``run`` resumes where it stopped.
+
+A study that names ``record`` keeps each finished run as a small JSON record beside its page
+(``docs/results/cells/<study>/<cell path>/<method>-seed<k>.json``: the values its table reads, the run's
+experiment fingerprint, the digest of the code that computed it, its commits and wall time). Runs are
+scratch; records are committed, so a long study fills across sessions: ``run`` skips a seed whose records
+hold the same experiment and the same code, and the page is rendered from the records.
 """
 
 from __future__ import annotations
@@ -60,13 +66,16 @@ class Study:
     default_seeds: int = 3
     figure: Callable[[list[Path], Path, Mapping[str, Any]], Path] | None = None
     default_figure: str | None = None
-    #: after the cells: a study's own extra runs (e.g. one timed standalone run), given (out, echo)
-    after_cells: Callable[[Path, Callable[[str], None]], None] | None = None
+    #: after the cells: a study's own extra runs (e.g. one timed standalone run), given (out, echo), and
+    #: ``records=`` the records folder where :func:`run_study` keeps records
+    after_cells: Callable[..., None] | None = None
     #: more actions, e.g. "calibrate": (paths, options) -> Markdown
     actions: Mapping[str, Callable[[list[Path], Mapping[str, Any]], str]] = field(default_factory=dict)
     options: tuple[Option, ...] = ()
     #: for an analysis (no cells): what it reads, as the user would produce it
     reads: str = ""
+    #: (cell, run directory, method) -> the values the table reads from one finished run, kept as its record
+    record: Callable[[CompareCell, Path, str], dict[str, Any]] | None = None
 
 
 def run_study(
@@ -76,23 +85,42 @@ def run_study(
     jobs: int,
     overrides: Mapping[str, Any] | None = None,
     echo: Callable[[str], None] = print,
+    records: Path | None = None,
 ) -> None:
     """Run every cell of ``study`` into ``out`` (finished cells reused), then its ``after_cells``.
 
     Seed-major: every cell's seed 0, then every cell's seed 1, and so on, so a study stopped part-way has
     every cell at the seeds it finished (its table says how many). With ``jobs`` > 1, up to ``jobs`` cells
     run at once, each in a fresh process (one thread each, as the comparisons' workers). ``overrides``
-    (dotted keys) apply to every cell after the cell's own, e.g. a smaller scale for a trial.
+    (dotted keys) apply to every cell after the cell's own, e.g. a smaller scale for a trial. With
+    ``records`` (a folder; the study must name ``record``), a seed whose records hold the same experiment
+    and code is skipped, and every run that finishes is recorded there at once.
     """
     if study.cells is None:
         raise ValueError(f"study {study.name!r} makes no runs; it reads {study.reads}")
+    if records is not None and study.record is None:
+        raise ValueError(f"study {study.name!r} keeps no records")
     cells = study.cells()
     extra = dict(overrides or {})
+
+    def todo(cell: CompareCell, upto: int) -> list[int]:
+        """The seeds below ``upto`` the cell still needs (its run directory reuses the finished ones)."""
+        if records is None:
+            return list(range(upto))
+        return [s for s in range(upto) if not is_recorded(records, cell, s, extra)]
+
+    def finished(cell: CompareCell, seeds: list[int]) -> None:
+        if records is not None and study.record is not None:
+            write_cell_records(study.record, records, cell, out, seeds, extra)
+
     for upto in range(1, seeds + 1):
         if jobs <= 1:
             for n, cell in enumerate(cells, 1):
+                if not (seeds_todo := todo(cell, upto)):
+                    continue
                 echo(f"[seed {upto - 1}: {n}/{len(cells)}] {cell.path}: {cell.describe()}")
-                run_cell(cell, upto, extra, out)
+                run_cell(cell, seeds_todo, extra, out)
+                finished(cell, seeds_todo)
             continue
         import multiprocessing as mp
         import os
@@ -101,19 +129,23 @@ def run_study(
         from fedhet.comparison import _die_with_parent
         from fedhet.process_pool import FreshProcessPool
 
+        planned = [(cell, seeds_todo) for cell in cells if (seeds_todo := todo(cell, upto))]
+        if len(planned) < len(cells):
+            echo(f"[seed {upto - 1}] {len(cells) - len(planned)} of {len(cells)} cells recorded already")
         ctx = mp.get_context("spawn")
         with FreshProcessPool(jobs, ctx, initializer=_die_with_parent, initargs=(os.getpid(),)) as pool:
-            futures = {pool.submit(run_cell, cell, upto, extra, out): cell for cell in cells}
+            futures = {pool.submit(run_cell, cell, s, extra, out): (cell, s) for cell, s in planned}
             for n, fut in enumerate(as_completed(futures), 1):
-                cell = futures[fut]
+                cell, seeds_done = futures[fut]
                 fut.result()
-                echo(f"[seed {upto - 1}: {n}/{len(cells)} done] {cell.path}: {cell.describe()}")
+                finished(cell, seeds_done)
+                echo(f"[seed {upto - 1}: {n}/{len(planned)} done] {cell.path}: {cell.describe()}")
     if study.after_cells is not None:
-        study.after_cells(out, echo)
+        study.after_cells(out, echo, **({"records": records} if records is not None else {}))
 
 
-def run_cell(cell: CompareCell, upto: int, overrides: Mapping[str, Any], out: Path) -> str:
-    """One cell's seeds 0..upto-1 (finished ones reused) by :func:`fedhet.compare` into ``out/cell.path``."""
+def run_cell(cell: CompareCell, seeds: list[int], overrides: Mapping[str, Any], out: Path) -> str:
+    """One cell's ``seeds`` (finished ones reused) by :func:`fedhet.compare` into ``out/cell.path``."""
     import torch
 
     from fedhet.api import compare
@@ -122,13 +154,117 @@ def run_cell(cell: CompareCell, upto: int, overrides: Mapping[str, Any], out: Pa
     compare(
         cell.config,
         cell.methods,
-        seeds=range(upto),
+        seeds=seeds,
         overrides={**cell.overrides, **overrides},
         method_params=cell.method_params,
         out=out / cell.path,
         jobs=1,
     )
     return cell.path
+
+
+# -- records -----------------------------------------------------------------------------------------------
+_SHARED_CONFIGS: dict[tuple[str, str], Any] = {}
+
+
+def cell_fingerprints(cell: CompareCell, seed: int, overrides: Mapping[str, Any]) -> dict[str, str]:
+    """method -> the experiment fingerprint of the cell's run of it at ``seed``, as :func:`run_cell` runs it
+    (:func:`fedhet.comparison.comparison_configs`; the cell's config with the method defaults, cached)."""
+    from fedhet.api import as_config
+    from fedhet.comparison import method_config, with_method_defaults
+
+    params = {m: dict(p) for m, p in cell.method_params.items()}
+    key = (cell.describe(), repr(sorted(overrides.items())))
+    if key not in _SHARED_CONFIGS:
+        shared = as_config(cell.config, {**cell.overrides, **overrides})
+        with_method_defaults(shared, list(cell.methods), params)
+        _SHARED_CONFIGS[key] = shared
+    shared = _SHARED_CONFIGS[key]
+    return {m: method_config(shared, m, seed, params.get(m)).run_fingerprint() for m in cell.methods}
+
+
+def record_path(records: Path, cell: CompareCell, method: str, seed: int) -> Path:
+    return records / cell.path / f"{method}-seed{seed}.json"
+
+
+def read_record(path: Path) -> dict[str, Any] | None:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def is_recorded(records: Path, cell: CompareCell, seed: int, overrides: Mapping[str, Any]) -> bool:
+    """Whether every method of the cell has a record at ``seed`` of the same experiment, computed by the
+    same code as this checkout's (a change to the method's code, or the engine's, runs it again)."""
+    from fedhet.reproduce.cells import code_digest
+
+    prints = cell_fingerprints(cell, seed, overrides)
+    for method in cell.methods:
+        record = read_record(record_path(records, cell, method, seed)) or {}
+        if (record.get("experiment"), record.get("code")) != (prints[method], code_digest(method)):
+            return False
+    return True
+
+
+def write_cell_records(
+    values: Callable[[CompareCell, Path, str], dict[str, Any]],
+    records: Path,
+    cell: CompareCell,
+    out: Path,
+    seeds: list[int],
+    overrides: Mapping[str, Any] | None = None,
+) -> list[Path]:
+    """A record of each finished run of ``cell`` at ``seeds`` in ``out`` (see the module docstring); a run
+    whose config is not the cell's (another scale, an older definition) is not recorded."""
+    from fedhet.config import load_run_config
+    from fedhet.report.provenance import machine_line
+    from fedhet.reproduce.cells import code_digest, computed_by_this_code
+
+    written = []
+    for seed in seeds:
+        prints = cell_fingerprints(cell, seed, overrides or {})
+        for method in cell.methods:
+            run = out / cell.path / f"{method}-seed{seed}"
+            if not ((run / "summary.json").is_file() and (run / "config.toml").is_file()):
+                continue
+            if load_run_config(run / "config.toml").run_fingerprint() != prints[method]:
+                continue
+            summary = read_summary(run)
+            commits = [c["commit"] for c in summary.get("fedhet_commits") or [] if c.get("commit")]
+            record = {
+                "cell": cell.path,
+                "method": method,
+                "seed": seed,
+                "values": values(cell, run, method),
+                # what made the values: the run is taken from here again only while both still hold
+                "experiment": prints[method],
+                "code": code_digest(method) if computed_by_this_code(summary, method) else None,
+                "commits": commits or [summary.get("fedhet_commit")],
+                "wall_time_s": summary.get("wall_time_s"),
+                "machine": machine_line(),
+            }
+            path = record_path(records, cell, method, seed)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(json.dumps(record, sort_keys=True) + "\n")
+            written.append(path)
+    return written
+
+
+def recorded_runs(
+    records: Path, cell: CompareCell, method: str, overrides: Mapping[str, Any] | None = None
+) -> list[dict[str, Any]]:
+    """The records of ``cell``'s runs of ``method`` that hold the cell's experiment as it is defined now (from
+    any code: a page says which commits computed them), in seed order."""
+    found = []
+    folder = records / cell.path
+    for path in sorted(folder.glob(f"{method}-seed*.json")) if folder.is_dir() else []:
+        record = read_record(path)
+        if not record:
+            continue
+        if record.get("experiment") == cell_fingerprints(cell, record["seed"], overrides or {})[method]:
+            found.append(record)
+    return sorted(found, key=lambda r: r["seed"])
 
 
 # -- reading runs ------------------------------------------------------------------------------------------

@@ -15,7 +15,6 @@ seeds), then checks the defaults against their targets.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -23,7 +22,15 @@ from typing import Any
 import numpy as np
 
 from fedhet.config import FAULT_BEHAVIOURS
-from fedhet.studies.base import CompareCell, Study, finished_seeds, read_lines, read_summary
+from fedhet.studies.base import (
+    CompareCell,
+    Study,
+    finished_seeds,
+    read_lines,
+    read_summary,
+    recorded_runs,
+    write_cell_records,
+)
 
 CONFIG = "robustness/fmnist-n10"
 CLIENTS = 10
@@ -129,36 +136,53 @@ ENGINE_CHECK_ROWS: tuple[tuple[str, int], ...] = (("clean", 0), ("ipm", 3))
 ENGINE_CHECK_DIR = "flower-engine"
 
 
-def engine_check_runs(out: Path) -> list[tuple[CompareCell, Path, Path]]:
-    """(cell, its embedded seed-0 run, the Flower-engine run of it) for every engine-check cell."""
+def engine_check_cells() -> list[tuple[CompareCell, CompareCell]]:
+    """(cell, the same cell run through Flower's engine, recorded under :data:`ENGINE_CHECK_DIR`) for every
+    engine-check cell; both run FedAvg only."""
     wanted = {f"{row_name(b, f)}/flower-{rule}" for b, f in ENGINE_CHECK_ROWS for rule in FLOWER_COLUMNS}
     return [
-        (cell, out / cell.path / "fedavg-seed0", out / ENGINE_CHECK_DIR / cell.path / "fedavg-seed0")
+        (
+            CompareCell(cell.path, cell.config, ("fedavg",), cell.overrides),
+            CompareCell(f"{ENGINE_CHECK_DIR}/{cell.path}", cell.config, ("fedavg",), cell.overrides),
+        )
         for cell in cells()
         if cell.path in wanted
     ]
 
 
-def run_engine_check(out: Path, echo: Callable[[str], None]) -> None:
-    """The engine-check cells through ``--engine flower-simulation`` (finished ones kept)."""
+def run_engine_check(out: Path, echo: Callable[[str], None], records: Path | None = None) -> None:
+    """The engine-check cells through ``--engine flower-simulation`` (finished or recorded ones kept)."""
     from fedhet.api import run
 
-    for n, (cell, _, target) in enumerate(engine_check_runs(out), 1):
-        if (target / "summary.json").is_file():
+    checks = engine_check_cells()
+    for n, (_, flower) in enumerate(checks, 1):
+        target = out / flower.path / "fedavg-seed0"
+        if records is not None and recorded_runs(records, flower, "fedavg"):
             continue
-        echo(f"[Flower engine {n}/{len(FLOWER_COLUMNS) * len(ENGINE_CHECK_ROWS)}] {cell.path}, seed 0")
-        overrides = {**cell.overrides, "method.name": "fedavg", "seed": 0}
-        run(cell.config, overrides=overrides, out=target, overwrite=True, engine="flower-simulation")
+        if not (target / "summary.json").is_file():
+            echo(f"[Flower engine {n}/{len(checks)}] {flower.path}, seed 0")
+            overrides = {**flower.overrides, "method.name": "fedavg", "seed": 0}
+            run(flower.config, overrides=overrides, out=target, overwrite=True, engine="flower-simulation")
+        if records is not None:
+            write_cell_records(run_values, records, flower, out, [0])
 
 
-def engine_check_lines(out: Path) -> list[str]:
+def _seed0_accuracies(cell: CompareCell, out: Path | None, records: Path | None) -> list[float] | None:
+    """Every evaluation's accuracy of the cell's FedAvg seed 0: from its run in ``out``, else its record."""
+    run = out / cell.path / "fedavg-seed0" if out is not None else None
+    if run is not None and (run / "summary.json").is_file():
+        return [line["accuracy"] for line in read_lines(run) if "accuracy" in line]
+    found = [r for r in recorded_runs(records, cell, "fedavg") if r["seed"] == 0] if records else []
+    return found[0]["values"].get("accuracies") if found else None
+
+
+def engine_check_lines(out: Path | None, records: Path | None = None) -> list[str]:
     """The engine check as a Markdown table: each cell's accuracy, embedded and on Flower's engine."""
     rows = []
-    for cell, embedded, flower in engine_check_runs(out):
-        if not ((embedded / "summary.json").is_file() and (flower / "summary.json").is_file()):
+    for cell, flower in engine_check_cells():
+        ours, theirs = _seed0_accuracies(cell, out, records), _seed0_accuracies(flower, out, records)
+        if not (ours and theirs):
             continue
-        ours = [line.get("accuracy") for line in read_lines(embedded) if "accuracy" in line]
-        theirs = [line.get("accuracy") for line in read_lines(flower) if "accuracy" in line]
         same = (
             "identical"
             if ours == theirs
@@ -209,40 +233,78 @@ def _honest(run_dir: Path, hostile: tuple[int, ...], what: str) -> int:
     return sum(1 for line in read_lines(run_dir) for cid in line.get(what, {}) if int(cid) not in hostile)
 
 
-def collect(out: Path) -> dict[tuple[str, str], dict[str, list[float]]]:
-    """(row, column) -> {"weight", "accuracy", "honest_rejected", "honest_clipped", "honest_ratio", "top"}
-    over the seeds found; "top" is 1 where a hostile client holds the largest weight (or reward) of the
-    run. The clean row holds, instead, "top_f1" and "top_f3": whether the clients that are hostile at that f
-    hold it there (FedAvg's weight is the sample count: a client the split made largest is on top with or
-    without an attack)."""
-    found: dict[tuple[str, str], dict[str, list[float]]] = {}
+def _row_of(cell_path: str) -> tuple[str, int]:
+    """(behaviour, f) of a cell path ``<row>/<variant>`` (``clean/…``, ``noise/f3/…``)."""
+    parts = cell_path.split("/")
+    return ("clean", 0) if parts[0] == "clean" else (parts[0], int(parts[1][1:]))
+
+
+def run_values(cell: CompareCell, run_dir: Path, method: str) -> dict[str, Any]:
+    """What the table reads from one finished run (kept as its record): the final accuracy and every
+    evaluation's, the honest updates rejected and clipped, the largest honest norm ratio; attacked: the
+    hostile clients' weight and whether one is on top; clean: whether the clients hostile at each f are."""
+    behaviour, f = _row_of(cell.path)
+    hostile = HOSTILE.get(f, ())
+    acc = read_summary(run_dir)["final"].get("accuracy")
+    values: dict[str, Any] = {
+        "accuracy": float("nan") if acc is None else float(acc),
+        "accuracies": [line["accuracy"] for line in read_lines(run_dir) if "accuracy" in line],
+        "honest_rejected": _honest(run_dir, hostile, "rejected"),
+        "honest_clipped": _honest(run_dir, hostile, "clipped"),
+        "honest_ratio": largest_honest_ratio(run_dir, hostile),
+    }
+    if hostile:
+        values["weight"] = hostile_weight(run_dir, method, hostile)
+        values["top"] = float(_hostile_on_top(run_dir, method, hostile))
+    for g, clients in HOSTILE.items() if not hostile else ():
+        values[f"top_f{g}"] = float(_hostile_on_top(run_dir, method, clients))
+    return values
+
+
+#: the per-seed lists of a collected cell (besides "seed", "commit" and "wall_time_s")
+VALUES = ("weight", "accuracy", "honest_rejected", "honest_clipped", "honest_ratio", "top")
+
+
+def collect(out: Path | None, records: Path | None = None) -> dict[tuple[str, str], dict[str, list[Any]]]:
+    """(row, column) -> {"weight", "accuracy", "honest_rejected", "honest_clipped", "honest_ratio", "top",
+    "seed", "commit", "wall_time_s"} over the seeds found: the runs in ``out``, and for the seeds no run
+    there holds, the records in ``records`` of the cell as it is defined now. "top" is 1 where a hostile
+    client holds the largest weight (or reward) of the run. The clean row holds, instead, "top_f1" and
+    "top_f3": whether the clients that are hostile at that f hold it there (FedAvg's weight is the sample
+    count: a client the split made largest is on top with or without an attack)."""
+    by_path = {cell.path: cell for cell in cells()}
+    found: dict[tuple[str, str], dict[str, list[Any]]] = {}
     for behaviour, f in ROWS:
-        hostile = HOSTILE.get(f, ())
         for column, (variant, method) in COLUMNS.items():
-            runs = finished_seeds(out / row_name(behaviour, f) / variant, method)
-            cell: dict[str, list[float]] = {
-                "seed": [],
-                "weight": [],
-                "accuracy": [],
-                "honest_rejected": [],
-                "honest_clipped": [],
-                "honest_ratio": [],
-                "top": [],
-            }
-            for run in runs:
+            cell = by_path[f"{row_name(behaviour, f)}/{variant}"]
+            # seed -> (values, commit, wall time, machine); a run in ``out`` over its record
+            per_seed: dict[int, tuple[dict[str, Any], str, float, str]] = {}
+            for record in recorded_runs(records, cell, method) if records is not None else []:
+                commits = ", ".join(str(c) for c in record.get("commits") or [])
+                wall = float(record.get("wall_time_s") or 0.0)
+                per_seed[record["seed"]] = (record["values"], commits, wall, record.get("machine", ""))
+            for run in finished_seeds(out / cell.path, method) if out is not None else []:
                 summary = read_summary(run)
-                cell["seed"].append(int(run.name.rsplit("seed", 1)[1]))
-                acc = summary["final"].get("accuracy")
-                cell["accuracy"].append(float("nan") if acc is None else float(acc))
-                cell["honest_rejected"].append(_honest(run, hostile, "rejected"))
-                cell["honest_clipped"].append(_honest(run, hostile, "clipped"))
-                cell["honest_ratio"].append(largest_honest_ratio(run, hostile))
-                if hostile:
-                    cell["weight"].append(hostile_weight(run, method, hostile))
-                    cell["top"].append(float(_hostile_on_top(run, method, hostile)))
-                for g, clients in HOSTILE.items() if not hostile else ():
-                    cell.setdefault(f"top_f{g}", []).append(float(_hostile_on_top(run, method, clients)))
-            found[row_name(behaviour, f), column] = cell
+                per_seed[int(run.name.rsplit("seed", 1)[1])] = (
+                    run_values(cell, run, method),
+                    str(summary.get("fedhet_commit", "unknown")),
+                    float(summary.get("wall_time_s") or 0.0),
+                    "",
+                )
+            collected: dict[str, list[Any]] = {
+                **{key: [] for key in ("seed", "commit", "wall_time_s", "machine")},
+                **{v: [] for v in VALUES},
+            }
+            for seed in sorted(per_seed):
+                values, commit, wall, machine = per_seed[seed]
+                collected["seed"].append(seed)
+                collected["commit"].append(commit)
+                collected["wall_time_s"].append(wall)
+                collected["machine"].append(machine)
+                for key, value in values.items():
+                    if key in VALUES or key.startswith("top_f"):
+                        collected.setdefault(key, []).append(value)
+            found[row_name(behaviour, f), column] = collected
     return found
 
 
@@ -321,7 +383,7 @@ def table_lines(found: Mapping[tuple[str, str], Mapping[str, list[float]]]) -> l
 
 
 def table(dirs: list[Path], options: Mapping[str, Any]) -> str:
-    found = collect(dirs[0])
+    found = collect(dirs[0], options.get("records"))
     return "\n".join(
         [
             *table_lines(found),
@@ -379,9 +441,13 @@ def targets(found: Mapping[tuple[str, str], Mapping[str, list[float]]]) -> list[
 
 def figure(dirs: list[Path], path: Path, options: Mapping[str, Any]) -> Path:
     """Accuracy change against the clean run, row × column, one panel per f."""
+    return draw_figure(collect(dirs[0], options.get("records")), path)
+
+
+def draw_figure(found: Mapping[tuple[str, str], Mapping[str, list[float]]], path: Path) -> Path:
+    """:func:`figure` from collected cells."""
     from fedhet.report.figures import new_figure, save_figure
 
-    found = collect(dirs[0])
     columns = list(COLUMNS)
     fig = new_figure(20, 9)
     axes = fig.subplots(1, 2)
@@ -413,6 +479,7 @@ STUDY = Study(
     figure=figure,
     default_figure="docs/figures/robustness.png",
     after_cells=run_engine_check,
+    record=run_values,
 )
 
 
@@ -420,29 +487,36 @@ STUDY = Study(
 # The results page (fedhet robustness page)
 # --------------------------------------------------------------------------------------------------------
 PAGE = "docs/results/robustness.md"
+#: the records of the finished runs (fedhet.studies.base), relative to the checkout
+RECORDS = "docs/results/cells/robustness"
 COMMAND = "fedhet robustness run --seeds 3 --jobs 2"
 
 
-def _provenance(out: Path) -> tuple[list[str], float]:
-    """The commits the recorded runs ran at, and their summed wall time in hours."""
-    commits: set[str] = set()
-    seconds = 0.0
-    for summary in out.glob("**/*-seed*/summary.json"):
-        data = json.loads(summary.read_text())
-        commits.add(str(data.get("fedhet_commit", "unknown")))
-        seconds += float(data.get("wall_time_s") or 0.0)
-    return sorted(commits), seconds / 3600
+def _provenance(
+    found: Mapping[tuple[str, str], Mapping[str, list[Any]]],
+) -> tuple[list[str], float, list[str]]:
+    """The commits the tabulated runs ran at, their summed wall time in hours, and the machines."""
+    cells_ = found.values()
+    commits = sorted({c for cell in cells_ for c in cell["commit"]})
+    hours = sum(w for cell in cells_ for w in cell["wall_time_s"]) / 3600
+    machines = sorted({m for cell in cells_ for m in cell["machine"] if m})
+    return commits, hours, machines
 
 
-def page(out: Path, figure_path: Path | None) -> str:
+def page(
+    out: Path | None,
+    figure_path: Path | None,
+    records: Path | None = None,
+    found: Mapping[tuple[str, str], Mapping[str, list[Any]]] | None = None,
+) -> str:
     """The whole results page: setting, provenance, the computed targets, the table and the figure."""
     from fedhet.config import load_config
     from fedhet.report.provenance import machine_line
 
     cfg = load_config(CONFIG)
     d, t = cfg.data, cfg.train
-    commits, hours = _provenance(out)
-    found = collect(out)
+    found = found if found is not None else collect(out, records)
+    commits, hours, machines = _provenance(found)
     recorded = ", ".join(commits) or "none"
     counts = sorted({len(v["accuracy"]) for v in found.values() if v["accuracy"]}) or [0]
     seeds_text = f"{counts[0]} to {counts[-1]}" if len(counts) > 1 else str(counts[0])
@@ -478,8 +552,11 @@ FedTrimmedAvg, Krum from `flwr.serverapp.strategy`, `aggregation.implementation 
 and FedRAC with the defaults.
 
 **Provenance.** `{COMMAND}` (resumable: it adds the seeds not yet recorded), then `fedhet robustness page`;
-the cells below hold {seeds_text} seed(s), recorded at commit(s) {recorded}, {hours:.1f} CPU-hours in all, on
-{machine_line()}.
+the cells below hold {seeds_text} seed(s), computed at commit(s) {recorded}, {hours:.1f} CPU-hours in all, on
+{"; ".join(machines) or machine_line()}. Each finished run is kept as a small record under
+[cells/robustness/](cells/robustness/) (the values this page reads, its experiment fingerprint, the digest
+of the code that computed it, commit, wall time, machine): the page is rendered from the records, and `run`
+skips a seed whose records hold the same experiment and code, so the table fills across sessions.
 
 ## Targets of the defaults
 
@@ -502,18 +579,34 @@ The cells above run in fedhet's embedded engine. The Flower columns of the rows 
 0, through Flower's simulation engine (`--engine flower-simulation`: Ray, and Flower's Grid carrying every
 instruction and reply between the server and the clients):
 
-{chr(10).join(engine_check_lines(out))}
+{chr(10).join(engine_check_lines(out, records))}
 """
 
 
-def write_page(out: Path, root: Path, draw: bool = True) -> Path:
-    """Write the results page (and, with ``draw``, its figure) under the repository ``root``; returns the
-    page's path."""
+def write_page(out: Path | None, root: Path, draw: bool = True) -> Path:
+    """Record every finished run in ``out`` (when given) under the repository ``root``'s records, then write
+    the results page (and, with ``draw``, its figure) there from the records; returns the page's path."""
+    records = root / RECORDS
+    if out is not None and out.is_dir():
+        record_runs(out, records)
+    found = collect(None, records)
     figure_path = None
     if draw:
         figure_path = root / "docs" / "figures" / "robustness.png"
-        figure([out], figure_path, {})
+        draw_figure(found, figure_path)
     path = root / PAGE
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(page(out, figure_path))
+    path.write_text(page(None, figure_path, records, found))
     return path
+
+
+def record_runs(out: Path, records: Path) -> int:
+    """A record of every finished run in ``out`` of a cell as defined now (engine check included); returns
+    how many were written."""
+    written = 0
+    checks = [flower for _, flower in engine_check_cells()]
+    for cell in [*cells(), *checks]:
+        runs = [p for m in cell.methods for p in finished_seeds(out / cell.path, m)]
+        seeds = sorted({int(p.name.rsplit("seed", 1)[1]) for p in runs})
+        written += len(write_cell_records(run_values, records, cell, out, seeds))
+    return written
