@@ -533,6 +533,55 @@ def test_a_cell_whose_record_still_holds_is_taken_from_it_and_not_run_again(tmp_
     assert set(third["recorded"]) == {"fedavg", "fedprox"} and set(third["recorded"]["fedprox"]) == {"0"}
 
 
+def test_an_interrupted_table_keeps_the_records_of_its_finished_seeds(tmp_path, capsys, monkeypatch):
+    """Each seed of a row is recorded as it ends, not when the table ends: a reproduction stopped in its
+    second seed leaves the first seed's records, and a later one into an empty output folder (the runs are
+    gone) runs only the second seed."""
+    import fedhet.comparison as comparison
+    import fedhet.reproduce.cells as cells
+
+    monkeypatch.setattr(cells, "computed_by_this_code", lambda summary, method: True)  # a clean checkout
+    (tmp_path / "small.toml").write_text(
+        "[data]\ndataset = 'digits'\nsplit = 'iid'\nclients = 3\n[model]\nname = 'mlp'\n[train]\nrounds = 2\n"
+    )
+    spec = tmp_path / "t.toml"
+    spec.write_text(
+        "title = 't'\nmetric = 'accuracy'\nscale = 100\nseeds = 2\nmethods = ['fedavg', 'fedprox']\n"
+        "[[rows]]\nname = 'IID'\nconfig = 'small.toml'\npaper = { fedavg = 90.0 }\n"
+    )
+    page = tmp_path / "results" / "t.md"
+    argv = ["reproduce", str(spec), "--page", str(page), "--quiet", "--json"]
+    ran = []
+    real = comparison.run_comparison
+
+    def stopped_in_seed_1(base, methods, seeds, *a, **k):
+        ran.append((methods, seeds))
+        if 1 in seeds:
+            raise KeyboardInterrupt  # the user's Ctrl-C, or the session's end, in seed 1
+        return real(base, methods, seeds, *a, **k)
+
+    monkeypatch.setattr(comparison, "run_comparison", stopped_in_seed_1)
+    assert main([*argv, "--out", str(tmp_path / "first")]) != 0  # interrupted: it says how to resume
+    assert "resume with: fedhet reproduce" in capsys.readouterr().err
+    record_dir = page.parent / "cells" / "t" / "full" / "iid"
+    assert sorted(p.name for p in record_dir.glob("*.json")) == ["fedavg-seed0.json", "fedprox-seed0.json"]
+    summary = json.loads((tmp_path / "first" / "iid" / "fedavg-seed0" / "summary.json").read_text())
+    record = json.loads((record_dir / "fedavg-seed0.json").read_text())
+    assert record["views"]["final"]["accuracy"] == summary["final"]["accuracy"]
+    ran.clear()
+    monkeypatch.setattr(
+        comparison, "run_comparison", lambda base, methods, seeds, *a, **k: (
+            ran.append((methods, seeds)) or real(base, methods, seeds, *a, **k)
+        ),
+    )  # fmt: skip
+    assert main([*argv, "--out", str(tmp_path / "second")]) == 0
+    capsys.readouterr()
+    assert ran == [(["fedavg", "fedprox"], [1])]
+    assert sorted(p.name for p in record_dir.glob("*.json")) == [
+        "fedavg-seed0.json", "fedavg-seed1.json", "fedprox-seed0.json", "fedprox-seed1.json",
+    ]  # fmt: skip
+
+
 def test_a_record_is_trusted_only_where_git_finds_the_methods_code_unchanged(monkeypatch):
     import subprocess
 

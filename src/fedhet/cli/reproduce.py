@@ -95,7 +95,7 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
         write_page,
         write_results,
     )
-    from fedhet.reproduce.cells import fill_from_records, write_records
+    from fedhet.reproduce.cells import fill_from_records, record_dir, write_record, write_records
 
     if args.list or not args.table:
         for name in list_specs():
@@ -133,6 +133,19 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
         console.print(f"{spec.title}: scale {scale.name} ({scale.note}); output {out_dir}")
     # each finished cell leaves a record beside the page; a cell whose record still holds is not run again
     cells_dir = Path(args.page).parent / "cells" if args.page and not args.no_records else None
+    record_run = None
+    if args.page and not args.page_only:
+        # each run recorded as it finishes: an interrupted table keeps its finished cells, runs or not
+        run_command = reproduce_command(args, spec.path.stem, scale.name)
+
+        def record_run(row, base, method: str, seed: int, run_dir: Path) -> None:
+            target = record_dir(Path(args.page).parent / "cells", spec, scale.name, row.folder)
+            write_record(
+                spec, target, run_dir, row.name, method, seed, scale=scale.name, command=run_command,
+                machine=machine_line(), rounds=base.train.rounds, clients=base.data.clients,
+                model=base.model.name,
+            )  # fmt: skip
+
     started = time.perf_counter()
     with RunProgress(console, enabled=not args.quiet) as prog:
         results = run_spec(
@@ -147,6 +160,7 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
             scale=scale.name,
             cells_dir=cells_dir,
             measure=not args.page_only,
+            record_run=record_run,
         )
     wall = time.perf_counter() - started
     md = write_results(spec, results, out_dir, scale=scale.name)

@@ -100,38 +100,64 @@ def write_records(
         target = record_dir(cells_dir, spec, scale, folders.get(r["row"], r["row"]))
         for method in r["methods"]:
             for seed in r["seeds"]:
-                source = Path(r["run_dir"]) / f"{method}-seed{seed}" / "summary.json"
-                if not source.is_file():
-                    continue
-                summary = json.loads(source.read_text())
-                config = source.parent / "config.toml"
-                record = {
-                    # what made the number: taken again from here only while both still hold
-                    "experiment": load_run_config(config).run_fingerprint() if config.is_file() else None,
-                    "code": code_digest(method) if computed_by_this_code(summary, method) else None,
-                    "table": spec.path.stem,
-                    "scale": scale,
-                    "row": r["row"],
-                    "method": method,
-                    "seed": seed,
-                    "views": {view: _scalars(summary.get(view)) for view in VIEWS},
-                    "rounds": r.get("rounds"),
-                    "clients": r.get("clients"),
-                    "model": r.get("model"),
-                    "commits": [c["commit"] for c in summary.get("fedhet_commits") or [] if c.get("commit")]
-                    or [summary.get("fedhet_commit")],
-                    "wall_time_s": summary.get("wall_time_s"),
-                    "command": command,
-                    "machine": machine,
-                }
-                target.mkdir(parents=True, exist_ok=True)
-                path = target / f"{method}-seed{seed}.json"
-                if record["code"] is None and _vouched_for(path, record):
-                    written.append(path)  # a checkout whose code computed this run wrote it: kept as it is
-                    continue
-                path.write_text(json.dumps(record, indent=1, sort_keys=True) + "\n")
-                written.append(path)
+                run = Path(r["run_dir"]) / f"{method}-seed{seed}"
+                shape = {key: r.get(key) for key in ("rounds", "clients", "model")}
+                path = write_record(
+                    spec, target, run, r["row"], method, seed, scale=scale, command=command, machine=machine,
+                    **shape,
+                )  # fmt: skip
+                if path is not None:
+                    written.append(path)
     return written
+
+
+def write_record(
+    spec: Spec,
+    target: Path,
+    run: Path,
+    row: str,
+    method: str,
+    seed: int,
+    *,
+    scale: str,
+    command: str,
+    machine: str,
+    rounds: int | None,
+    clients: int | None,
+    model: str | None,
+) -> Path | None:
+    """The record of one finished run (``run``: its ``<method>-seed<k>`` folder) in the folder ``target``;
+    None when the run has not finished."""
+    source = run / "summary.json"
+    if not source.is_file():
+        return None
+    summary = json.loads(source.read_text())
+    config = run / "config.toml"
+    record = {
+        # what made the number: taken again from here only while both still hold
+        "experiment": load_run_config(config).run_fingerprint() if config.is_file() else None,
+        "code": code_digest(method) if computed_by_this_code(summary, method) else None,
+        "table": spec.path.stem,
+        "scale": scale,
+        "row": row,
+        "method": method,
+        "seed": seed,
+        "views": {view: _scalars(summary.get(view)) for view in VIEWS},
+        "rounds": rounds,
+        "clients": clients,
+        "model": model,
+        "commits": [c["commit"] for c in summary.get("fedhet_commits") or [] if c.get("commit")]
+        or [summary.get("fedhet_commit")],
+        "wall_time_s": summary.get("wall_time_s"),
+        "command": command,
+        "machine": machine,
+    }
+    target.mkdir(parents=True, exist_ok=True)
+    path = target / f"{method}-seed{seed}.json"
+    if record["code"] is None and _vouched_for(path, record):
+        return path  # a checkout whose code computed this run wrote it: kept as it is
+    path.write_text(json.dumps(record, indent=1, sort_keys=True) + "\n")
+    return path
 
 
 def computed_by_this_code(summary: dict[str, Any], method: str) -> bool:

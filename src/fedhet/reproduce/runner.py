@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -71,6 +71,7 @@ def run_spec(
     scale: str = "full",
     cells_dir: Path | None = None,
     measure: bool = True,
+    record_run: Callable[[Row, ExperimentConfig, str, int, Path], None] | None = None,
 ) -> list[dict[str, Any]]:
     """Run the selected rows at ``scale``; one result dict per row with our mean/std and the paper's value
     per method. The scale's overrides come first, ``overrides`` (the user's) after them. ``rows``: the text
@@ -80,7 +81,9 @@ def run_spec(
     interrupted reproduction continues where it stopped. With ``cells_dir``, a cell whose record there holds
     the same experiment and code (:func:`fedhet.reproduce.cells.recorded_summaries`) is taken from its record
     and not run; the row's ``recorded`` lists them. With ``measure`` False nothing runs: every row is listed
-    as not measured (a page rewritten from the rows it holds, ``--page-only``).
+    as not measured (a page rewritten from the rows it holds, ``--page-only``). ``record_run(row, config,
+    method, seed, run_dir)`` is called as each run of a row finishes (its record is written at once: an
+    interrupted table keeps every finished cell even when its runs are lost).
     """
     from fedhet.comparison import VIEW_KEYS, aggregate_rows, comparison_configs, run_comparison
     from fedhet.reproduce.cells import recorded_summaries
@@ -150,15 +153,24 @@ def run_spec(
                 if row.warmstart is not None:  # phase A first
                     warm = configured(warm_config, row.overrides + overrides)
                     run_comparison(warm, [warm_method], run_seeds, warm_dir, progress=progress, jobs=jobs)
-                ran = run_comparison(
-                    base,
-                    to_run,
-                    run_seeds,
-                    out_dir / slug,
-                    method_params=params,
-                    progress=progress,
-                    jobs=jobs,
-                )
+                row_dir = out_dir / slug
+                # with record_run, one seed at a time, each recorded as it ends: an interrupted table loses
+                # at most the seed in flight (run_comparison returns only when all its runs are done)
+                batches = [[s] for s in run_seeds] if record_run is not None else [run_seeds]
+                for batch in batches:
+                    got = run_comparison(
+                        base,
+                        to_run,
+                        batch,
+                        row_dir,
+                        method_params=params,
+                        progress=progress,
+                        jobs=jobs,
+                    )
+                    for m, runs in got.items():
+                        ran.setdefault(m, []).extend(runs)
+                        for seed in batch if record_run is not None else []:
+                            record_run(row, base, m, seed, row_dir / f"{m}-seed{seed}")
             summaries = {
                 m: [
                     ran[m][run_seeds.index(s)] if m in ran and s in run_seeds else recorded[m, s]
