@@ -346,6 +346,13 @@ def write_index(pages_dir: Path) -> Path:
         "--list` lists the tables. Rows whose data are not obtainable offline are listed on each page and "
         "run for a user who passes `--set data.root=DIR`.",
         "",
+        "Each finished cell (one method, one seed) is kept as a small record under `cells/NAME/` as soon as "
+        "its seed ends: a later `--page` run takes every cell whose record holds the same experiment and "
+        "code from it instead of running it again, so a long table fills over several sittings and its "
+        "findings are judged from every seed ever recorded. The robustness table "
+        "([robustness.md](robustness.md), `fedhet robustness run`) keeps its runs the same way, under "
+        "`cells/robustness/`.",
+        "",
         "| table | what | page | scale | commit |",
         "|---|---|---|---|---|",
     ]
