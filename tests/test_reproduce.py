@@ -471,14 +471,9 @@ def test_a_two_phase_table_runs_its_warm_start_first_and_prints_its_gates(tmp_pa
     assert ("a validity gate failed" in text) == (not ok)
 
 
-def test_a_cell_whose_record_still_holds_is_taken_from_it_and_not_run_again(tmp_path, capsys, monkeypatch):
-    """--page leaves a record per cell; a later reproduction into an empty output folder takes every cell
-    whose record holds the same experiment and code digest from it (nothing runs, the same numbers), and
-    runs again the cells whose record names other code."""
-    import fedhet.comparison as comparison
-    import fedhet.reproduce.cells as cells
-
-    monkeypatch.setattr(cells, "computed_by_this_code", lambda summary, method: True)  # a clean checkout
+def _two_seed_digits_table(tmp_path: Path) -> tuple[Path, list[str]]:
+    """A one-row table (digits, 3 IID clients, 2 rounds; FedAvg and FedProx, 2 seeds) in ``tmp_path``: its
+    page's path and the reproduce command's arguments (without --out)."""
     (tmp_path / "small.toml").write_text(
         "[data]\ndataset = 'digits'\nsplit = 'iid'\nclients = 3\n[model]\nname = 'mlp'\n[train]\nrounds = 2\n"
     )
@@ -488,7 +483,18 @@ def test_a_cell_whose_record_still_holds_is_taken_from_it_and_not_run_again(tmp_
         "[[rows]]\nname = 'IID'\nconfig = 'small.toml'\npaper = { fedavg = 90.0 }\n"
     )
     page = tmp_path / "results" / "t.md"
-    argv = ["reproduce", str(spec), "--page", str(page), "--quiet", "--json"]
+    return page, ["reproduce", str(spec), "--page", str(page), "--quiet", "--json"]
+
+
+def test_a_cell_whose_record_still_holds_is_taken_from_it_and_not_run_again(tmp_path, capsys, monkeypatch):
+    """--page leaves a record per cell; a later reproduction into an empty output folder takes every cell
+    whose record holds the same experiment and code digest from it (nothing runs, the same numbers), and
+    runs again the cells whose record names other code."""
+    import fedhet.comparison as comparison
+    import fedhet.reproduce.cells as cells
+
+    monkeypatch.setattr(cells, "computed_by_this_code", lambda summary, method: True)  # a clean checkout
+    page, argv = _two_seed_digits_table(tmp_path)
     assert main([*argv, "--out", str(tmp_path / "first")]) == 0
     first = json.loads(capsys.readouterr().out.strip().splitlines()[-1])["results"][0]
     records = sorted(p.name for p in (page.parent / "cells" / "t" / "full" / "iid").glob("*.json"))
@@ -541,16 +547,7 @@ def test_an_interrupted_table_keeps_the_records_of_its_finished_seeds(tmp_path, 
     import fedhet.reproduce.cells as cells
 
     monkeypatch.setattr(cells, "computed_by_this_code", lambda summary, method: True)  # a clean checkout
-    (tmp_path / "small.toml").write_text(
-        "[data]\ndataset = 'digits'\nsplit = 'iid'\nclients = 3\n[model]\nname = 'mlp'\n[train]\nrounds = 2\n"
-    )
-    spec = tmp_path / "t.toml"
-    spec.write_text(
-        "title = 't'\nmetric = 'accuracy'\nscale = 100\nseeds = 2\nmethods = ['fedavg', 'fedprox']\n"
-        "[[rows]]\nname = 'IID'\nconfig = 'small.toml'\npaper = { fedavg = 90.0 }\n"
-    )
-    page = tmp_path / "results" / "t.md"
-    argv = ["reproduce", str(spec), "--page", str(page), "--quiet", "--json"]
+    page, argv = _two_seed_digits_table(tmp_path)
     ran = []
     real = comparison.run_comparison
 
