@@ -351,6 +351,11 @@ def test_robustness_records_its_runs_and_renders_the_page_from_the_records_alone
     first = (root / robustness.PAGE).read_text()
     assert "| noise/f1 | 0.10 · 50.0 (-30.0) |" in first and "| noise/f3 | – |" in first
     assert "computed at commit(s) abc1234, 0.0 CPU-hours" in first  # 2 × 36 s = 0.02 h
+    # recorded again by a checkout whose code has moved on (it cannot vouch for the runs): the records keep
+    # the digest the computing checkout gave them, so `run` still skips them
+    monkeypatch.setattr(reproduce_cells, "computed_by_this_code", lambda summary, method: False)
+    assert main(["robustness", "page", "--out", str(runs), "--root", str(root)]) == 0
+    assert json.loads((records / "noise/f1/undefended/fedavg-seed0.json").read_text()) == record
 
     import shutil
 

@@ -154,7 +154,7 @@ def write_record(
     }
     target.mkdir(parents=True, exist_ok=True)
     path = target / f"{method}-seed{seed}.json"
-    if record["code"] is None and _vouched_for(path, record):
+    if record["code"] is None and vouched_for(path, record):
         return path  # a checkout whose code computed this run wrote it: kept as it is
     path.write_text(json.dumps(record, indent=1, sort_keys=True) + "\n")
     return path
@@ -205,7 +205,7 @@ def recorded_summaries(
     return out
 
 
-def _vouched_for(path: Path, record: dict[str, Any]) -> bool:
+def vouched_for(path: Path, record: dict[str, Any]) -> bool:
     """Whether ``path`` already holds ``record``'s run (same experiment and commits) with a code digest: the
     page was written again by a checkout whose code has moved on, which cannot vouch for the run, but the one
     that wrote the record could."""

@@ -219,7 +219,7 @@ def write_cell_records(
     whose config is not the cell's (another scale, an older definition) is not recorded."""
     from fedhet.config import load_run_config
     from fedhet.report.provenance import machine_line
-    from fedhet.reproduce.cells import code_digest, computed_by_this_code
+    from fedhet.reproduce.cells import code_digest, computed_by_this_code, vouched_for
 
     written = []
     for seed in seeds:
@@ -245,9 +245,11 @@ def write_cell_records(
                 "machine": machine_line(),
             }
             path = record_path(records, cell, method, seed)
+            written.append(path)
+            if record["code"] is None and vouched_for(path, record):
+                continue  # recorded by a checkout whose code computed the run: kept, digest and all
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(json.dumps(record, sort_keys=True) + "\n")
-            written.append(path)
     return written
 
 
