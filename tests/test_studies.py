@@ -362,6 +362,11 @@ def test_robustness_records_its_runs_and_renders_the_page_from_the_records_alone
     shutil.rmtree(runs)
     assert main(["robustness", "page", "--out", str(runs), "--root", str(root)]) == 0
     assert (root / robustness.PAGE).read_text() == first
+    # a run resumed at another commit names both, each commit once
+    resumed = records / "noise/f1/undefended/fedavg-seed0.json"
+    resumed.write_text(json.dumps({**record, "commits": ["abc1234", "abc1234", "def5678"]}))
+    assert main(["robustness", "page", "--root", str(root)]) == 0
+    assert "computed at commit(s) abc1234, def5678, 0.0 CPU-hours" in (root / robustness.PAGE).read_text()
     # the clean cell redefined (here: its record says another experiment): its seed is gone from the page
     clean = records / "clean/undefended/fedavg-seed0.json"
     clean.write_text(json.dumps({**json.loads(clean.read_text()), "experiment": "0123456789abcdef"}))

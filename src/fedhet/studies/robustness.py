@@ -280,7 +280,7 @@ def collect(out: Path | None, records: Path | None = None) -> dict[tuple[str, st
             # seed -> (values, commit, wall time, machine); a run in ``out`` over its record
             per_seed: dict[int, tuple[dict[str, Any], str, float, str]] = {}
             for record in recorded_runs(records, cell, method) if records is not None else []:
-                commits = ", ".join(str(c) for c in record.get("commits") or [])
+                commits = ", ".join(dict.fromkeys(str(c) for c in record.get("commits") or []))
                 wall = float(record.get("wall_time_s") or 0.0)
                 per_seed[record["seed"]] = (record["values"], commits, wall, record.get("machine", ""))
             for run in finished_seeds(out / cell.path, method) if out is not None else []:
@@ -497,7 +497,7 @@ def _provenance(
 ) -> tuple[list[str], float, list[str]]:
     """The commits the tabulated runs ran at, their summed wall time in hours, and the machines."""
     cells_ = found.values()
-    commits = sorted({c for cell in cells_ for c in cell["commit"]})
+    commits = sorted({c for cell in cells_ for joined in cell["commit"] for c in joined.split(", ")})
     hours = sum(w for cell in cells_ for w in cell["wall_time_s"]) / 3600
     machines = sorted({m for cell in cells_ for m in cell["machine"] if m})
     return commits, hours, machines
