@@ -280,6 +280,23 @@ def read_summary(run_dir: Path) -> dict[str, Any]:
     return json.loads((run_dir / "summary.json").read_text())
 
 
+@dataclass(frozen=True)
+class RunLog:
+    """A finished run's ``summary.json`` and ``metrics.jsonl`` lines, read once for every value taken."""
+
+    summary: dict[str, Any]
+    lines: list[dict[str, Any]]
+
+    @classmethod
+    def read(cls, run_dir: Path) -> RunLog:
+        return cls(read_summary(run_dir), read_lines(run_dir))
+
+    @property
+    def accuracies(self) -> list[float]:
+        """Every evaluation's accuracy, in round order."""
+        return [line["accuracy"] for line in self.lines if "accuracy" in line]
+
+
 def finished_seeds(directory: Path, method: str) -> list[Path]:
     """The finished runs ``<method>-seed<k>`` of a compare directory, in seed order."""
     runs = directory.glob(f"{method}-seed*") if directory.is_dir() else []

@@ -24,9 +24,9 @@ import numpy as np
 from fedhet.config import FAULT_BEHAVIOURS
 from fedhet.studies.base import (
     CompareCell,
+    RunLog,
     Study,
     finished_seeds,
-    read_lines,
     read_summary,
     recorded_runs,
     write_cell_records,
@@ -171,7 +171,7 @@ def _seed0_accuracies(cell: CompareCell, out: Path | None, records: Path | None)
     """Every evaluation's accuracy of the cell's FedAvg seed 0: from its run in ``out``, else its record."""
     run = out / cell.path / "fedavg-seed0" if out is not None else None
     if run is not None and (run / "summary.json").is_file():
-        return [line["accuracy"] for line in read_lines(run) if "accuracy" in line]
+        return RunLog.read(run).accuracies
     found = [r for r in recorded_runs(records, cell, "fedavg") if r["seed"] == 0] if records else []
     return found[0]["values"].get("accuracies") if found else None
 
@@ -200,12 +200,12 @@ def engine_check_lines(out: Path | None, records: Path | None = None) -> list[st
     ]
 
 
-def hostile_weight(run_dir: Path, method: str, hostile: tuple[int, ...]) -> float:
+def hostile_weight(run: RunLog, method: str, hostile: tuple[int, ...]) -> float:
     """The hostile clients' total weight in one run (see the module docstring); FedRAC: their mean reward."""
     if method == "fedrac":
-        rewards = read_summary(run_dir)["rewards"]
+        rewards = run.summary["rewards"]
         return float(np.mean([rewards[c] for c in hostile]))
-    lines = read_lines(run_dir)
+    lines = run.lines
     if method == "fedavg":
         shares = [
             sum(line.get("aggregation_weights", {}).get(str(c), 0.0) for c in hostile) for line in lines
@@ -215,12 +215,12 @@ def hostile_weight(run_dir: Path, method: str, hostile: tuple[int, ...]) -> floa
     return float(sum(reported[-1][c] for c in hostile)) if reported else float("nan")
 
 
-def largest_honest_ratio(run_dir: Path, hostile: tuple[int, ...] = ()) -> float:
+def largest_honest_ratio(run: RunLog, hostile: tuple[int, ...] = ()) -> float:
     """max over the rounds and the honest clients of ‖w_i − w_sent‖ / the round's median norm (the median
     over every update of the round, as the guards take it): how close honest updates come to the guards."""
     ratios = [
         v / median
-        for line in read_lines(run_dir)
+        for line in run.lines
         if (norms := line.get("update_norms")) and (median := float(np.median(list(norms.values())))) > 0
         for cid, v in norms.items()
         if int(cid) not in hostile
@@ -228,9 +228,9 @@ def largest_honest_ratio(run_dir: Path, hostile: tuple[int, ...] = ()) -> float:
     return max(ratios, default=float("nan"))
 
 
-def _honest(run_dir: Path, hostile: tuple[int, ...], what: str) -> int:
+def _honest(run: RunLog, hostile: tuple[int, ...], what: str) -> int:
     """How many updates of honest clients the run ``what`` ("rejected" or "clipped") over all rounds."""
-    return sum(1 for line in read_lines(run_dir) for cid in line.get(what, {}) if int(cid) not in hostile)
+    return sum(1 for line in run.lines for cid in line.get(what, {}) if int(cid) not in hostile)
 
 
 def _row_of(cell_path: str) -> tuple[str, int]:
@@ -245,19 +245,20 @@ def run_values(cell: CompareCell, run_dir: Path, method: str) -> dict[str, Any]:
     hostile clients' weight and whether one is on top; clean: whether the clients hostile at each f are."""
     behaviour, f = _row_of(cell.path)
     hostile = HOSTILE.get(f, ())
-    acc = read_summary(run_dir)["final"].get("accuracy")
+    run = RunLog.read(run_dir)
+    acc = run.summary["final"].get("accuracy")
     values: dict[str, Any] = {
         "accuracy": float("nan") if acc is None else float(acc),
-        "accuracies": [line["accuracy"] for line in read_lines(run_dir) if "accuracy" in line],
-        "honest_rejected": _honest(run_dir, hostile, "rejected"),
-        "honest_clipped": _honest(run_dir, hostile, "clipped"),
-        "honest_ratio": largest_honest_ratio(run_dir, hostile),
+        "accuracies": run.accuracies,
+        "honest_rejected": _honest(run, hostile, "rejected"),
+        "honest_clipped": _honest(run, hostile, "clipped"),
+        "honest_ratio": largest_honest_ratio(run, hostile),
     }
     if hostile:
-        values["weight"] = hostile_weight(run_dir, method, hostile)
-        values["top"] = float(_hostile_on_top(run_dir, method, hostile))
+        values["weight"] = hostile_weight(run, method, hostile)
+        values["top"] = float(_hostile_on_top(run, method, hostile))
     for g, clients in HOSTILE.items() if not hostile else ():
-        values[f"top_f{g}"] = float(_hostile_on_top(run_dir, method, clients))
+        values[f"top_f{g}"] = float(_hostile_on_top(run, method, clients))
     return values
 
 
@@ -308,18 +309,17 @@ def collect(out: Path | None, records: Path | None = None) -> dict[tuple[str, st
     return found
 
 
-def _hostile_on_top(run_dir: Path, method: str, hostile: tuple[int, ...]) -> bool:
+def _hostile_on_top(run: RunLog, method: str, hostile: tuple[int, ...]) -> bool:
     """Whether a hostile client holds the largest weight (or reward) of the run."""
     if method == "fedrac":
-        values = read_summary(run_dir)["rewards"]
+        values = run.summary["rewards"]
     elif method == "fedavg":
-        lines = read_lines(run_dir)
         values = [
-            float(np.mean([line.get("aggregation_weights", {}).get(str(c), 0.0) for line in lines]))
+            float(np.mean([line.get("aggregation_weights", {}).get(str(c), 0.0) for line in run.lines]))
             for c in range(CLIENTS)
         ]
     else:
-        reported = [line["contributions"] for line in read_lines(run_dir) if line.get("contributions")]
+        reported = [line["contributions"] for line in run.lines if line.get("contributions")]
         if not reported:
             return False
         values = reported[-1]
