@@ -212,6 +212,19 @@ def test_robustness_flower_columns_are_the_same_rules_computed_by_flower(tmp_pat
         )
     table = "\n".join(robustness.engine_check_lines(tmp_path))
     assert "| clean/flower-median | 70.00 | 70.00 | identical |" in table
+    # the engine check's runs are recorded as their rows' runs are: a clean one says who is on top at each
+    # f, an attacked one (ipm, f = 3) gives the hostile clients' weight
+    flower_cells = {flower.path: flower for _, flower in robustness.engine_check_cells()}
+    clean = flower_cells[f"{robustness.ENGINE_CHECK_DIR}/clean/flower-median"]
+    values = robustness.run_values(clean, tmp_path / clean.path / "fedavg-seed0", "fedavg")
+    assert (
+        values["accuracies"] == [0.5, 0.7] and {"top_f1", "top_f3"} <= set(values) and "weight" not in values
+    )
+    ipm = flower_cells[f"{robustness.ENGINE_CHECK_DIR}/ipm/f3/flower-median"]
+    _robustness_run(tmp_path / ipm.path, "fedavg", 0, 0.6, [{"aggregation_weights": {"0": 0.1, "1": 0.2}}])
+    assert robustness.run_values(ipm, tmp_path / ipm.path / "fedavg-seed0", "fedavg")["weight"] == (
+        pytest.approx(0.3)
+    )
     assert "| clean/flower-krum | 70.00 | 70.00 | differ by up to 0.50 pts |" in table
     assert "trimmed-mean" not in table  # not run: not shown
 
