@@ -636,3 +636,16 @@ def test_a_tables_own_set_runs_every_row_with_it_before_the_rows_own_and_the_pag
     assert (own.guards.update_norm_clip, own.train.lr) == (0.0, 0.03)  # the row's own after the table's
     text = render_markdown(loaded, [])
     assert "Every row runs with `--set guards.update_norm_clip=0` `--set train.lr=0.02`" in text
+
+
+def test_rows_that_share_their_runs_count_each_run_and_each_record_once():
+    from fedhet.reproduce import cell_provenance
+
+    # three rows (the mean of the last 100, the best, the final) read the same two runs, taken from records
+    recorded = {
+        "fedavg": {str(s): {"wall_time_s": 10.0 + s, "commits": [{"commit": "abc1234"}]} for s in (0, 1)}
+    }
+    row = {"available": True, "run_dir": "runs/t/pow", "methods": {"fedavg": {}}, "seeds": [0, 1]}
+    provenance = cell_provenance([{**row, "recorded": recorded} for _ in range(3)])
+    assert (provenance["runs"], provenance["from_records"]) == (2, 2)
+    assert provenance["run_seconds"] == pytest.approx(21.0) and provenance["commits"] == ["abc1234"]

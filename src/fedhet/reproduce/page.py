@@ -41,17 +41,18 @@ def cell_provenance(results: list[dict[str, Any]]) -> dict[str, Any]:
             for seed in r["seeds"]:
                 path = Path(r["run_dir"]) / f"{m}-seed{seed}" / "summary.json"
                 summary = (r.get("recorded") or {}).get(m, {}).get(str(seed))
-                if summary is not None:  # taken from its record
-                    from_records += 1
+                from_record = summary is not None
+                if from_record:
                     path = Path(f"record:{r['run_dir']}/{m}-seed{seed}")
                 elif path in seen or not path.is_file():
                     continue
                 else:
                     summary = json.loads(path.read_text())
-                if path in seen:
+                if path in seen:  # rows that share their runs (one metric each, or another view) count once
                     continue
                 seen.add(path)
                 runs += 1
+                from_records += from_record
                 seconds += float(summary.get("wall_time_s") or 0.0)
                 # every commit a run's rounds were computed at (a resumed run may have several); older
                 # summaries name one, read when they were written
