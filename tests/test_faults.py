@@ -90,13 +90,15 @@ def test_fault_and_guard_settings_are_validated_and_round_trip_through_toml():
             apply_override(digits_config(), key, value)
 
 
-def test_default_faults_and_the_guards_as_before_leave_the_fingerprint_and_the_toml_as_before():
-    """No faults and the guards as they were before the clipping guard (clip 0): the fingerprint and the TOML
-    of an earlier run. Today's default (clip 2) is another experiment and its TOML says so."""
+def test_default_faults_and_the_guards_as_before_keep_the_fingerprint_and_write_clip_0_to_the_toml():
+    """No faults and the guards as they were before the clipping guard (clip 0): the fingerprint of an
+    earlier run, and a TOML that says clip 0 (read anywhere, it is not today's default). Today's default
+    (clip 2) is another experiment and its TOML says so."""
     cfg = digits_config(guards__update_norm_clip=0)
     before = cfg.fingerprint("data", "model", "train", "method", "eval", "seed", exclude=("train.threads",))
     assert cfg.run_fingerprint() == before  # resumes and cached cells of earlier runs stay valid
-    assert "[faults]" not in to_toml(cfg) and "[guards]" not in to_toml(cfg)
+    assert "[faults]" not in to_toml(cfg) and "update_norm_clip = 0.0" in to_toml(cfg)
+    assert load_config_text(to_toml(cfg)).guards.update_norm_clip == 0.0
     assert (
         from_dict({"faults": {"clients": {"0": "stale"}}}).run_fingerprint()
         != from_dict({}).run_fingerprint()
@@ -106,15 +108,18 @@ def test_default_faults_and_the_guards_as_before_leave_the_fingerprint_and_the_t
 
 
 def test_a_run_from_before_the_clipping_default_is_read_resumed_and_reused_as_it_ran(tmp_path):
-    """A run whose config.toml predates guards.update_norm_clip (no [guards]: written by a clip-0 run here,
-    which writes what such a run wrote) reads back with clipping off; a finished one serves the same
-    experiment with clipping off, never today's default."""
+    """A run whose config.toml predates guards.update_norm_clip (no [guards]: a clip-0 run's file with the
+    section taken out, which is what such a run wrote) reads back with clipping off; a finished one serves
+    the same experiment with clipping off, never today's default."""
     from fedhet.comparison import finished_summary
     from fedhet.config import load_run_config
 
     old = digits_config(rounds=2, guards__update_norm_clip=0)
     make_simulation(old, run_dir=tmp_path / "old").run()
-    text = (tmp_path / "old" / "config.toml").read_text()
+    path = tmp_path / "old" / "config.toml"
+    head, _, rest = path.read_text().partition("\n[guards]\n")
+    path.write_text(head + ("\n[" + rest.split("\n[", 1)[1] if "\n[" in rest else "\n"))
+    text = path.read_text()
     assert "[guards]" not in text and "update_norm_clip" not in text  # what a run before the change wrote
     assert load_run_config(tmp_path / "old" / "config.toml").guards.update_norm_clip == 0.0
     assert finished_summary(old, tmp_path / "old") is not None

@@ -190,6 +190,8 @@ def test_from_dict_returns_a_config_or_raises_config_error(raw):
 
 @settings(max_examples=400, deadline=None)
 @given(raw_configs(writable=True))
+# the guards at their defaults from before the clipping guard (found by this test): written, not left out
+@example(raw={"guards": {"update_norm_clip": 0.0}})
 def test_every_accepted_config_round_trips_through_toml(raw):
     try:
         cfg = from_dict(raw)

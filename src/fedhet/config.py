@@ -407,7 +407,11 @@ def to_toml(cfg: ExperimentConfig) -> str:
         if d[key] is not None:
             lines.append(f"{key} = {_toml_value(d[key])}")
     for sec in SECTIONS:
-        if sec in OPTIONAL_SECTIONS and sec not in cfg.experiment_sections():
+        # An optional section at today's defaults is left out. One at its defaults from before a change
+        # (CHANGED_DEFAULTS) is written all the same, so that the file reads back as that config anywhere,
+        # not as today's default; the fingerprint still matches the earlier runs' (experiment_sections).
+        at_default = getattr(cfg, sec) == SECTIONS[sec]()
+        if sec in OPTIONAL_SECTIONS and at_default and sec not in cfg.experiment_sections():
             continue
         lines.append(f"\n[{sec}]")
         for k, v in d[sec].items():
