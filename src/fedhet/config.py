@@ -23,6 +23,8 @@ from typing import Any
 from fedhet.config_sections import (
     CHOICES,
     FAULT_BEHAVIOURS,
+    NEUTRAL_VALUE,
+    WAS,
     AggregationConfig,
     DataConfig,
     EngineConfig,
@@ -32,6 +34,7 @@ from fedhet.config_sections import (
     MethodConfig,
     ModelConfig,
     TrainConfig,
+    fingerprint_kind,
 )
 from fedhet.config_validation import check_ranges, coerce_value
 from fedhet.errors import ConfigError
@@ -41,7 +44,6 @@ __all__ = [
     "AggregationConfig",
     "CONFIG_DIR",
     "FAULT_BEHAVIOURS",
-    "LATER_KEYS",
     "CHANGED_DEFAULTS",
     "OPTIONAL_SECTIONS",
     "SECTIONS",
@@ -102,21 +104,19 @@ class ExperimentConfig:
             sec, _, key = dotted.partition(".")
             if sec in chosen and isinstance(chosen[sec], dict):
                 chosen[sec] = {k: v for k, v in chosen[sec].items() if k != key}
-        for dotted, default in LATER_KEYS.items():  # keys added later: absent while at their default
-            sec, _, key = dotted.partition(".")
-            if sec in chosen and chosen[sec].get(key, default) == default:
-                chosen[sec] = {k: v for k, v in chosen[sec].items() if k != key}
+        for sec in chosen:  # each field as it declares (config_sections: fingerprinted, neutral, ...)
+            if sec in SECTIONS:
+                chosen[sec] = {k: v for k, v in chosen[sec].items() if in_fingerprint(sec, k, v)}
         blob = json.dumps(chosen, sort_keys=True, default=str)
         return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
     def run_fingerprint(self) -> str:
-        """What makes two runs the same experiment: every key but the thread count and the output names.
+        """What makes two runs the same experiment: every key as its field declares (not the thread count,
+        not the output names).
 
-        Checkpoints are resumed and finished runs reused only under an equal run fingerprint.
+        Checkpoints are resumed and finished runs and records reused only under an equal run fingerprint.
         """
-        return self.fingerprint(
-            *self.experiment_sections(), "seed", exclude=("train.threads", "eval.tensorboard")
-        )
+        return self.fingerprint(*self.experiment_sections(), "seed")
 
     def experiment_sections(self) -> tuple[str, ...]:
         """The sections that define the experiment: [faults], [guards] and [aggregation] only where they
@@ -138,28 +138,28 @@ SECTIONS: dict[str, type] = {
 }
 #: Sections written to TOML and fingerprinted only when they differ from their defaults.
 OPTIONAL_SECTIONS = ("faults", "guards", "aggregation", "engine")
-#: Keys added after fingerprints were in use, fingerprinted only when set, so earlier runs and caches keep
-#: their keys (dotted key -> default).
-LATER_KEYS: dict[str, Any] = {
-    "data.path": None,
-    "data.label_column": "label",
-    "data.client_column": None,
-    "data.categorical_columns": [],
-    "data.test_path": None,
-    "eval.tensorboard": False,
-    "faults.every": 1,
-    "faults.z": None,
-    "faults.epsilon": 0.5,
-    "guards.update_norm_floor": 0.01,
-    "aggregation.implementation": "fedhet",
-    "guards.update_norm_clip": 0.0,
-    "eval.every_round_last": 0,
+
+
+def in_fingerprint(section: str, key: str, value: Any) -> bool:
+    """Whether ``section.key`` at ``value`` enters a fingerprint, as the field declares: always, never, or
+    (a neutral key, added later) only when it differs from its neutral value."""
+    f = _FIELDS[section][key]
+    kind = fingerprint_kind(f)
+    return kind == "always" or (kind == "when-set" and value != f.metadata[NEUTRAL_VALUE])
+
+
+_FIELDS = {sec: {f.name: f for f in fields(cls)} for sec, cls in SECTIONS.items()}
+#: Keys whose default changed after runs were recorded (dotted key -> the value before the change), from the
+#: fields' ``was``. A run written before holds no such key and ran with this value: its own config.toml
+#: reads it so (:func:`load_run_config`), and the optional sections are fingerprinted against these values,
+#: so such a run keeps its fingerprint and resumes as it began, while a run at the new default is another
+#: experiment.
+CHANGED_DEFAULTS: dict[str, Any] = {
+    f"{sec}.{name}": f.metadata[WAS]
+    for sec, fs in _FIELDS.items()
+    for name, f in fs.items()
+    if WAS in f.metadata
 }
-#: Keys whose default changed after runs were recorded (dotted key -> the value before the change). A run
-#: written before holds no such key and ran with this value: its own config.toml reads it so
-#: (:func:`load_run_config`), and the optional sections are fingerprinted against these values, so such a run
-#: keeps its fingerprint and resumes as it began, while a run at the new default is another experiment.
-CHANGED_DEFAULTS: dict[str, Any] = {"guards.update_norm_clip": 0.0}
 TOP_LEVEL = {"seed": int, "out": (str, type(None)), "name": (str, type(None))}
 
 

@@ -10,8 +10,62 @@ The field annotations stay strings (``from __future__ import annotations``): the
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import MISSING, Field, dataclass, field
 from typing import Any
+
+# -- how a field enters an experiment's fingerprint ----------------------------------------------------------
+# Every field declares it (a test fails on one that does not), so a new key cannot silently change the
+# fingerprint of every recorded run: records are reused only under an equal fingerprint
+# (``ExperimentConfig.run_fingerprint``; docs/reliability.md, "When a record is reused").
+#: The field's metadata key holding its kind: "always", "when-set" or "never".
+FINGERPRINT = "fingerprint"
+#: The field's metadata key holding the value a "when-set" field leaves out of the fingerprint.
+NEUTRAL_VALUE = "neutral_value"
+#: The field's metadata key, on a field whose default changed after runs were recorded: the value before.
+WAS = "was"
+
+
+def _declared(kind: str, default: Any, factory: Callable[[], Any] | Any, **meta: Any) -> Any:
+    metadata = {FINGERPRINT: kind, **meta}
+    if factory is not MISSING:
+        return field(default_factory=factory, metadata=metadata)
+    return field(default=default, metadata=metadata)
+
+
+def fingerprinted(default: Any = MISSING, *, factory: Any = MISSING) -> Any:
+    """A field that defines the experiment: always part of its fingerprint (the keys fingerprints began with;
+    a new key whose default changes what runs compute is one too, and says so in its commit)."""
+    return _declared("always", default, factory)
+
+
+def neutral(default: Any = MISSING, *, factory: Any = MISSING, was: Any = MISSING) -> Any:
+    """A field added after runs were recorded, whose neutral value computes exactly what those runs computed:
+    part of the fingerprint only when set to another value, so every earlier record keeps its fingerprint.
+    The neutral value is the default, or ``was`` where the default changed since: a run file written before
+    the key existed reads as ``was`` (``load_run_config``), and a run at today's default is another
+    experiment. The usual declaration of a new key."""
+    value = factory() if factory is not MISSING else default
+    meta = {NEUTRAL_VALUE: value if was is MISSING else was}
+    if was is not MISSING:
+        meta[WAS] = was
+    return _declared("when-set", default, factory, **meta)
+
+
+def unfingerprinted(default: Any = MISSING, *, factory: Any = MISSING) -> Any:
+    """A field that changes no number a run computes (threads, extra output): never part of a fingerprint."""
+    return _declared("never", default, factory)
+
+
+def fingerprint_kind(f: Field) -> str:
+    """A field's declared fingerprint kind; a clear error for a field that declares none."""
+    kind = f.metadata.get(FINGERPRINT)
+    if kind not in ("always", "when-set", "never"):
+        raise TypeError(
+            f"config field {f.name!r} does not declare how it enters the experiment fingerprint: define it "
+            "with fingerprinted(...), neutral(...) or unfingerprinted(...) (fedhet.config_sections)"
+        )
+    return kind
 
 
 @dataclass
@@ -20,87 +74,87 @@ class DataConfig:
 
     #: A built-in name (``fedhet datasets``), "npz" or "folder" (your own files at ``path``), or a name
     #: registered with ``fedhet.data.register_dataset``.
-    dataset: str = "fashion-mnist"
-    root: str | None = None
+    dataset: str = fingerprinted("fashion-mnist")
+    root: str | None = fingerprinted(None)
     #: Your own data for dataset = "npz" (one .npz file), "folder" (train/<class>/, test/<class>/), "csv" or
     #: "parquet" (one table, or a folder with train/<client>.csv and test.csv).
-    path: str | None = None
+    path: str | None = neutral(None)
     #: A table's class column (csv / parquet).
-    label_column: str = "label"
+    label_column: str = neutral("label")
     #: A table's column naming each row's client (then split = "sites" gives each client its rows).
-    client_column: str | None = None
+    client_column: str | None = neutral(None)
     #: A table's columns to one-hot encode although they hold numbers (text columns always are).
-    categorical_columns: list[str] = field(default_factory=list)
+    categorical_columns: list[str] = neutral(factory=list)
     #: A table's test file; without it (and without a test file in the folder) 20 % of the rows are held
     #: out, stratified, seed 0.
-    test_path: str | None = None
-    split: str = "iid"
-    split_params: dict[str, Any] = field(default_factory=dict)
-    clients: int = 10
+    test_path: str | None = neutral(None)
+    split: str = fingerprinted("iid")
+    split_params: dict[str, Any] = fingerprinted(factory=dict)
+    clients: int = fingerprinted(10)
     #: Fraction of the training set held out as the server's validation set (CFFL, FedRAC, FedSAC).
-    validation_fraction: float = 0.0
+    validation_fraction: float = fingerprinted(0.0)
     #: Use only this many training samples (a seeded random subset, before splitting); None = all.
-    max_train_samples: int | None = None
+    max_train_samples: int | None = fingerprinted(None)
     #: Evaluate on only this many test samples (a seeded random subset); None = the full test set.
-    max_test_samples: int | None = None
+    max_test_samples: int | None = fingerprinted(None)
 
 
 @dataclass
 class ModelConfig:
-    name: str = "mlp"
-    params: dict[str, Any] = field(default_factory=dict)
+    name: str = fingerprinted("mlp")
+    params: dict[str, Any] = fingerprinted(factory=dict)
     #: Start from another run's final global model (its run directory) instead of the seeded initial one.
-    init_from: str | None = None
+    init_from: str | None = fingerprinted(None)
 
 
 @dataclass
 class TrainConfig:
     """Rounds, participation and local training of every client."""
 
-    rounds: int = 10
+    rounds: int = fingerprinted(10)
     #: Clients per round: a fraction in (0, 1] (float) or a count >= 1 (int).
-    clients_per_round: float | int = 1.0
-    local_epochs: float = 1.0
+    clients_per_round: float | int = fingerprinted(1.0)
+    local_epochs: float = fingerprinted(1.0)
     #: If set, a fixed number of local SGD steps per round instead of epochs (FedRAC's ``num_steps``).
-    local_steps: int | None = None
-    batch_size: int = 64
-    optimizer: str = "sgd"
-    lr: float = 0.1
-    momentum: float = 0.0
-    weight_decay: float = 0.0
-    nesterov: bool = False
+    local_steps: int | None = fingerprinted(None)
+    batch_size: int = fingerprinted(64)
+    optimizer: str = fingerprinted("sgd")
+    lr: float = fingerprinted(0.1)
+    momentum: float = fingerprinted(0.0)
+    weight_decay: float = fingerprinted(0.0)
+    nesterov: bool = fingerprinted(False)
     #: Learning-rate schedule over rounds: constant, cosine (to ``lr_min``) or exponential (× ``lr_decay``).
-    schedule: str = "constant"
-    lr_min: float = 1e-6
-    lr_decay: float = 0.977
+    schedule: str = fingerprinted("constant")
+    lr_min: float = fingerprinted(1e-6)
+    lr_decay: float = fingerprinted(0.977)
     #: Gradient-norm clipping in local training; None = off.
-    grad_clip: float | None = None
+    grad_clip: float | None = fingerprinted(None)
     #: Probability that a sampled client sends nothing in a round (robustness experiments).
-    client_dropout: float = 0.0
-    device: str = "auto"
+    client_dropout: float = fingerprinted(0.0)
+    device: str = fingerprinted("auto")
     #: torch threads for this process; None leaves torch's default.
-    threads: int | None = None
+    threads: int | None = unfingerprinted(None)
 
 
 @dataclass
 class EvalConfig:
-    every: int = 1
+    every: int = fingerprinted(1)
     #: Also evaluate each of the last N rounds (0: none). With ``every = 10`` and N = 100 a run's final
     #: evaluation and the mean of its last 100 are those of evaluating every round (evaluation changes no
     #: training), for a fraction of the cost: what a long run's level needs, where its best needs every round.
-    every_round_last: int = 0
-    batch_size: int = 2048
+    every_round_last: int = neutral(0)
+    batch_size: int = fingerprinted(2048)
     #: Evaluate every client's reward model (where the method defines one).
-    rewards: bool = True
+    rewards: bool = fingerprinted(True)
     #: Fairness against standalone accuracies: "auto" (when rewards exist), true, or false.
-    fairness: str | bool = "auto"
+    fairness: str | bool = fingerprinted("auto")
     #: BCF rate α (FedSAC/FedRAC).
-    bcf_alpha: float = 0.5
+    bcf_alpha: float = fingerprinted(0.5)
     #: Save a checkpoint every k rounds (and always after the last round); 0 = last round only.
-    checkpoint_every: int = 10
+    checkpoint_every: int = fingerprinted(10)
     #: Also write every metrics.jsonl number as TensorBoard scalars under RUN_DIR/tensorboard/
     #: (the fedhet[tensorboard] extra). Not part of the experiment: it changes no result.
-    tensorboard: bool = False
+    tensorboard: bool = unfingerprinted(False)
 
 
 #: What an injected faulty client does (``[faults] clients``; docs/robustness.md).
@@ -128,19 +182,19 @@ class FaultsConfig:
     Sources and the threat model: docs/reliability.md and fedhet.engine.faults.
     """
 
-    clients: dict[str, Any] = field(default_factory=dict)
+    clients: dict[str, Any] = fingerprinted(factory=dict)
     #: The multiplier of ``scale`` and ``lie-num-examples`` (and of ``adaptive-scale`` with the guard off).
-    factor: float = 100.0
+    factor: float = fingerprinted(100.0)
     #: The standard deviation of ``noise`` weights and of ``free-rider``'s noise.
-    noise_std: float = 1.0
+    noise_std: float = fingerprinted(1.0)
     #: The first round the faults act in (the round-0 description lies from the start).
-    from_round: int = 1
+    from_round: int = fingerprinted(1)
     #: Act in every k-th round from ``from_round`` (1 = every round; 2 = rounds from_round, from_round+2, …).
-    every: int = 1
+    every: int = neutral(1)
     #: ALIE's z; None = the paper's z_max = Φ⁻¹((n − s)/n), s = ⌊n/2 + 1⌋ − f (n replies, f colluders).
-    z: float | None = None
+    z: float | None = neutral(None)
     #: IPM's ε: colluders send −ε × the mean honest update (0.5 the paper's small ε; 100 its large ε).
-    epsilon: float = 0.5
+    epsilon: float = neutral(0.5)
 
 
 @dataclass
@@ -155,34 +209,34 @@ class GuardsConfig:
     #: Reject an update whose norm ‖w_i − w_sent‖ exceeds this × the median over the round's updates
     #: (with 3 or more updates); 0 = off. 10 keeps honest non-IID clients (the largest honest ratio in the
     #: robustness table's clean runs is 4.4, ShapFed; docs/reliability.md) and stops scaled or random ones.
-    update_norm_factor: float | None = 10.0
+    update_norm_factor: float | None = fingerprinted(10.0)
     #: The update-norm guard's scale is never below this × the norm of the model the client was sent
     #: (0 = no floor): in a round of 3 or 4 the median is one client's own norm, and two converged clients
     #: made a third, still learning, honest one exceed 10× it. At 0.01 an update is never rejected for
     #: moving the model by under a tenth of its norm; noise and ×100 updates exceed that
     #: (docs/reliability.md).
-    update_norm_floor: float | None = 0.01
+    update_norm_floor: float | None = neutral(0.01)
     #: Scale every kept update longer than this × the round's median update norm (never below the floor
     #: above) down to that length; 0 = off. Unlike the rejecting guard it bounds what any one update can
     #: move, so an update scaled to just under the rejecting bound weighs no more than 2 medians; a round
     #: where no update is longer is the same as without it, bit for bit. The largest honest ratio in the
     #: robustness table's clean runs is 3.4 for FedAvg and CELM, so 2 touches few honest updates (the
     #: results page counts them; docs/robustness.md).
-    update_norm_clip: float | None = 2.0
+    update_norm_clip: float | None = neutral(2.0, was=0.0)
     #: Reject a reply whose num_examples exceeds this × the round's median num_examples; 0 = off. A client
     #: that truly holds more than 10× the median needs a larger factor (its rejection says so).
-    num_examples_factor: float | None = 10.0
+    num_examples_factor: float | None = fingerprinted(10.0)
     #: Reject an update pointing away from the round's consensus: cos(Δ_i, coordinate-wise median Δ) below
     #: this (3 or more updates); None = off. Off by default: honest updates of very non-IID clients point
     #: away too (cosines down to −0.56 measured on Dir(0.05) with 5 clients, docs/robustness.md), so no
     #: threshold both spares them and stops every sign-flip; −0.8 stops IPM-like updates on milder splits.
-    min_update_cosine: float | None = None
+    min_update_cosine: float | None = fingerprinted(None)
     #: Reject a reply (or description) claiming more samples than this; None = no bound.
-    max_num_examples: int | None = None
+    max_num_examples: int | None = fingerprinted(None)
     #: Undo a round whose aggregated global model is not finite (the round is logged and recorded).
-    rollback_non_finite: bool = True
+    rollback_non_finite: bool = fingerprinted(True)
     #: Stop the run when every reply of this many consecutive rounds was rejected (0 = never).
-    max_all_rejected_rounds: int = 3
+    max_all_rejected_rounds: int = fingerprinted(3)
 
     def __post_init__(self) -> None:
         # "none" (the CLI's word for no value) turns a median guard off, as 0 does; 0 is what TOML can hold
@@ -204,19 +258,19 @@ class AggregationConfig:
     FedRAC, FedSAC and Standalone refuse them.
     """
 
-    rule: str = "mean"
+    rule: str = fingerprinted("mean")
     #: trimmed-mean: the fraction cut from each end of every coordinate (0 <= beta < 0.5).
-    beta: float = 0.2
+    beta: float = fingerprinted(0.2)
     #: krum / multi-krum: f, the number of hostile clients assumed (scores sum the n - f - 2 nearest).
-    num_malicious_nodes: int = 0
+    num_malicious_nodes: int = fingerprinted(0)
     #: multi-krum: m, how many of the lowest-scoring models are averaged.
-    num_nodes_to_select: int = 1
+    num_nodes_to_select: int = fingerprinted(1)
     #: centered-clipping: the radius tau and the number of clipping iterations L.
-    clipping_tau: float = 1.0
-    clipping_iterations: int = 1
+    clipping_tau: float = fingerprinted(1.0)
+    clipping_iterations: int = fingerprinted(1)
     #: "fedhet" (its own rules) or "flower": the rule computed by Flower's strategy of the same name
     #: (FedAvg, FedMedian, FedTrimmedAvg, Krum, MultiKrum; needs fedhet[flower]): the anchor of the rules.
-    implementation: str = "fedhet"
+    implementation: str = neutral("fedhet")
 
 
 @dataclass
@@ -227,13 +281,13 @@ class EngineConfig:
     #: (trainers with FedAvg's, FedProx's or FedRS's training loop; SGD; no BatchNorm; submodel masks on
     #: ``mlp200`` only), refused with the reason otherwise;
     #: "auto": vectorized where it applies and the round has enough clients, else sequential (logged).
-    mode: str = "sequential"
+    mode: str = fingerprinted("sequential")
 
 
 @dataclass
 class MethodConfig:
-    name: str = "fedavg"
-    params: dict[str, Any] = field(default_factory=dict)
+    name: str = fingerprinted("fedavg")
+    params: dict[str, Any] = fingerprinted(factory=dict)
 
 
 #: (section, key) -> the accepted values of a field that takes one of a few.

@@ -71,7 +71,7 @@ def standalone_key(cfg: ExperimentConfig) -> str:
     seed, model and the local-training budget ([data], [model], [train], seed), the evaluation batch size
     and the engine mode, the weights of ``model.init_from`` and the size and time of a ``data.path`` file."""
     # client_dropout stays in the key: the standalone sub-run inherits it, so it changes the result.
-    key = cfg.fingerprint("data", "model", "train", "seed", exclude=("train.device", "train.threads"))
+    key = cfg.fingerprint("data", "model", "train", "seed", exclude=("train.device",))
     extra: dict[str, Any] = {}
     for dotted, default in _LATER_KEY_INPUTS.items():
         sec, _, name = dotted.partition(".")
