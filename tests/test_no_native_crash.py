@@ -38,8 +38,8 @@ def test_the_reported_fedprox_labeled_command_completes(tmp_path):
     assert '"method": "fedprox-labeled"' in done.stdout
 
 
-def test_every_method_runs_on_digits_without_a_native_crash(tmp_path):
-    done = _run([sys.executable, str(HERE / "every_method_digits.py")], tmp_path, timeout=900)
+def test_every_method_runs_on_digits_without_a_native_crash(every_method_run):
+    done = every_method_run
     lines = done.stdout.splitlines()
     started = [ln.split()[1] for ln in lines if ln.startswith("start ")]
     if done.returncode != 0:  # a negative code is the signal that killed it (-6 SIGABRT, -7 SIGBUS, -11 ...)
@@ -48,6 +48,7 @@ def test_every_method_runs_on_digits_without_a_native_crash(tmp_path):
         )
     finished = {ln.split()[1] for ln in lines if ln.startswith("done ")}
     refused = [ln for ln in lines if ln.startswith("refused ")]
-    assert started == method_names()
+    methods = [name for name in started if "+" not in name]  # the rest: FedAvg variants
+    assert methods == method_names()
     assert not refused, refused  # every method accepts this setting
-    assert finished == set(method_names())
+    assert set(method_names()) <= finished

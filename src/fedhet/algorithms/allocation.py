@@ -18,6 +18,10 @@ from torch import Tensor, nn
 
 from fedhet.errors import ConfigError
 
+#: The version of the numbers this module computes: bump it in the commit that changes them, which
+#: invalidates the cell records of every method reaching this module (fedhet.code_version).
+RESULTS_VERSION = 1
+
 #: Rows of the nested-prefix fast path per chunk (an (H, B) activation; 8192 x 200 floats = 6.5 MB).
 _FAST_BATCH = 8192
 

@@ -45,6 +45,10 @@ from fedhet.algorithms.logit_probes import PROBE_IMPLS, maximize_class_logits
 from fedhet.algorithms.params import check_choice, check_flag, check_integer, check_number
 from fedhet.engine.protocol import KEEP_KEY, FederationInfo, Instruction, Reply
 
+#: The version of the numbers this module computes: bump it in the commit that changes them, which
+#: invalidates the cell records of every method reaching this module (fedhet.code_version).
+RESULTS_VERSION = 1
+
 log = logging.getLogger("fedhet")
 
 INITIAL_CONTRIBUTIONS = ("uniform", "first")

@@ -49,6 +49,10 @@ from fedhet.algorithms.own_model import (
 from fedhet.algorithms.params import check_choice, check_flag, check_number, check_positive
 from fedhet.engine.protocol import FederationInfo, Reply, Weights
 
+#: The version of the numbers this module computes: bump it in the commit that changes them, which
+#: invalidates the cell records of every method reaching this module (fedhet.code_version).
+RESULTS_VERSION = 1
+
 NORMALIZATIONS = ("scale", "clip")
 
 

@@ -31,6 +31,10 @@ from fedhet.algorithms.params import check_choice, check_number
 from fedhet.engine.protocol import ConfigValue, FederationInfo, LocalUpdate, Reply
 from fedhet.errors import ConfigError, ProtocolError
 
+#: The version of the numbers this module computes: bump it in the commit that changes them, which
+#: invalidates the cell records of every method reaching this module (fedhet.code_version).
+RESULTS_VERSION = 1
+
 log = logging.getLogger("fedhet")
 
 PROTOTYPE_SAMPLES = ("confident", "all", "labeled")

@@ -19,6 +19,10 @@ from fedhet.algorithms.fixmatch import FixMatchLPL, FixMatchTrainer, LabeledOnly
 from fedhet.algorithms.params import check_number
 from fedhet.engine.protocol import Instruction, LocalUpdate
 
+#: The version of the numbers this module computes: bump it in the commit that changes them, which
+#: invalidates the cell records of every method reaching this module (fedhet.code_version).
+RESULTS_VERSION = 1
+
 #: baselines.md §3.2: ``lambda_prox`` = 0.001 in the FSSL protocol.
 DEFAULT_MU = 0.001
 _CONFIG_KEY = "proximal_mu"

@@ -20,6 +20,10 @@ from fedhet.algorithms.params import check_number
 from fedhet.algorithms.submodel import SubmodelStrategy
 from fedhet.models.masks import random_mask
 
+#: The version of the numbers this module computes: bump it in the commit that changes them, which
+#: invalidates the cell records of every method reaching this module (fedhet.code_version).
+RESULTS_VERSION = 1
+
 
 def dynamic_ratio(rnd: int, ratio: float, time_scale: float = 0.3, time_offset: float = 3.0) -> float:
     """FedRAC's schedule λ·(1 − 1/ln(ζ·t + κ)) of the share of Acc_g taken off the threshold (§3.4 step 4)."""

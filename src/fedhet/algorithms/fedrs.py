@@ -23,6 +23,10 @@ from fedhet.algorithms.params import check_choice, check_number
 from fedhet.engine.protocol import Instruction, LocalUpdate, Trainer
 from fedhet.errors import ProtocolError
 
+#: The version of the numbers this module computes: bump it in the commit that changes them, which
+#: invalidates the cell records of every method reaching this module (fedhet.code_version).
+RESULTS_VERSION = 1
+
 FEDRS_SCALINGS = ("paper", "code")
 #: Instruction.config keys through which the server sets the client loss (Flower-compatible scalars).
 ALPHA_KEY = "fedrs_alpha"

@@ -22,6 +22,10 @@ from fedhet.algorithms.params import check_integer, check_number
 from fedhet.algorithms.submodel import SubmodelStrategy
 from fedhet.engine.protocol import FederationInfo
 
+#: The version of the numbers this module computes: bump it in the commit that changes them, which
+#: invalidates the cell records of every method reaching this module (fedhet.code_version).
+RESULTS_VERSION = 1
+
 #: Elements of the (B, units, H) leave-one-out activations one chunk of the mlp200 path may hold (16 MB).
 _CHUNK_ELEMENTS = 1 << 22
 

@@ -61,6 +61,10 @@ from fedhet.engine.protocol import ClientData, ConfigValue, Instruction, LocalUp
 from fedhet.engine.weights import clone_weights
 from fedhet.errors import ConfigError
 
+#: The version of the numbers this module computes: bump it in the commit that changes them, which
+#: invalidates the cell records of every method reaching this module (fedhet.code_version).
+RESULTS_VERSION = 1
+
 __all__ = [
     "LABELED_REPEAT",
     "FixMatchGPL",

@@ -25,6 +25,10 @@ from fedhet.devices import to_device
 from fedhet.engine.protocol import ClientData, ConfigValue, Reply
 from fedhet.errors import ConfigError
 
+#: The version of the numbers this module computes: bump it in the commit that changes them, which
+#: invalidates the cell records of every method reaching this module (fedhet.code_version).
+RESULTS_VERSION = 1
+
 __all__ = [
     "CODE_TRAIN_MEAN",
     "CODE_TRAIN_STD",

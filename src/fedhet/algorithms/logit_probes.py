@@ -24,6 +24,10 @@ from torch.func import functional_call, vmap
 from fedhet.errors import ConfigError
 from fedhet.models.mlp import stacked_relu_inputs
 
+#: The version of the numbers this module computes: bump it in the commit that changes them, which
+#: invalidates the cell records of every method reaching this module (fedhet.code_version).
+RESULTS_VERSION = 1
+
 #: "batched": the fastest batched path for the model; "vmap": the generic vmap path; "loop": the reference.
 PROBE_IMPLS = ("batched", "vmap", "loop")
 #: The weights of M models of one architecture (their state dicts).

@@ -49,6 +49,10 @@ from fedhet.algorithms.robust_aggregation import robust_average
 from fedhet.engine.protocol import KEEP_KEY, FederationInfo, Instruction, LocalUpdate, Reply, Weights
 from fedhet.engine.weights import clone_weights
 
+#: The version of the numbers this module computes: bump it in the commit that changes them, which
+#: invalidates the cell records of every method reaching this module (fedhet.code_version).
+RESULTS_VERSION = 1
+
 log = logging.getLogger("fedhet")
 
 #: Reply.payload prefix of the part of Δ a client keeps locally when it differs from its upload (CFFL).

@@ -12,6 +12,10 @@ from typing import Any
 
 from fedhet.errors import ConfigError
 
+#: The version of the numbers this module computes: bump it in the commit that changes them, which
+#: invalidates the cell records of every method reaching this module (fedhet.code_version).
+RESULTS_VERSION = 1
+
 
 def is_finite_number(value: Any) -> bool:
     """True for a finite int or float that is not a bool."""

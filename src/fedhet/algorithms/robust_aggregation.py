@@ -28,6 +28,10 @@ import numpy as np
 import torch
 from torch import Tensor
 
+#: The version of the numbers this module computes: bump it in the commit that changes them, which
+#: invalidates the cell records of every method reaching this module (fedhet.code_version).
+RESULTS_VERSION = 1
+
 RULES = ("mean", "median", "trimmed-mean", "krum", "multi-krum", "centered-clipping")
 #: rule -> the Flower strategy (flwr.serverapp.strategy) that implements it (``implementation = "flower"``)
 FLOWER_STRATEGIES = {

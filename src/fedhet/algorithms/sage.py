@@ -22,6 +22,10 @@ from fedhet.algorithms.params import check_number
 from fedhet.engine.protocol import ConfigValue, LocalUpdate
 from fedhet.errors import ConfigError
 
+#: The version of the numbers this module computes: bump it in the commit that changes them, which
+#: invalidates the cell records of every method reaching this module (fedhet.code_version).
+RESULTS_VERSION = 1
+
 #: κ = ln 2 / 0.05 (the code's constant; its ``--kappa 0.5`` option is unused).
 DEFAULT_DISCREPANCY_SCALE = math.log(2.0) / 0.05
 _CONFIG_KEY = "sage.discrepancy_scale"

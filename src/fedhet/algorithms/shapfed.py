@@ -51,6 +51,10 @@ from fedhet.algorithms.params import check_choice, check_integer, check_number, 
 from fedhet.engine.protocol import FederationInfo, Reply, Weights
 from fedhet.errors import ConfigError
 
+#: The version of the numbers this module computes: bump it in the commit that changes them, which
+#: invalidates the cell records of every method reaching this module (fedhet.code_version).
+RESULTS_VERSION = 1
+
 CONTRIBUTIONS = ("grand-coalition", "exact-shapley", "monte-carlo")
 AGGREGATIONS = ("shapley", "uniform", "samples")
 REWARD_SCALES = ("max", "sum")

@@ -12,6 +12,10 @@ from collections.abc import Mapping
 from fedhet.algorithms.fedavg import FedAvg
 from fedhet.engine.protocol import KEEP_KEY, Instruction, Reply
 
+#: The version of the numbers this module computes: bump it in the commit that changes them, which
+#: invalidates the cell records of every method reaching this module (fedhet.code_version).
+RESULTS_VERSION = 1
+
 
 class Standalone(FedAvg):
     """No communication after a client's first round: it keeps training its own model; nothing is averaged.

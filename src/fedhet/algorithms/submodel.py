@@ -54,6 +54,10 @@ from fedhet.engine.protocol import FederationInfo, Instruction, Reply
 from fedhet.errors import ConfigError
 from fedhet.models.masks import nested_prefix_masks, unit_groups
 
+#: The version of the numbers this module computes: bump it in the commit that changes them, which
+#: invalidates the cell records of every method reaching this module (fedhet.code_version).
+RESULTS_VERSION = 1
+
 #: Per-model defaults of methods.md §3.4 (keyed by model class): β, λ before/after the switch round, the
 #: switch round, the candidate step before/after it.
 MODEL_DEFAULTS: dict[str, dict[str, Any]] = {
