@@ -340,7 +340,8 @@ def test_a_table_measured_a_few_rows_at_a_time_keeps_the_rows_already_on_its_pag
     assert len(kept_paragraphs) == 1 and "(rows `later`)" not in kept_paragraphs[0]
     assert again.count("```") == 2 and len(again.split("```")[1].strip().splitlines()) == 2
     # --page-only: the page rewritten from its rows with the table's current text; nothing runs, the
-    # commands that measured the rows stay, the lines of the rows stay as printed
+    # commands that measured the rows stay, the lines of the rows stay as printed, and so does the page's
+    # provenance (its commit and "Page written" line: no run, no new commit)
     spec.write_text("gaps = 'Rewritten prose.'\n" + spec.read_text())
     runs_before = sorted(p.name for p in (tmp_path / "out").rglob("summary.json"))
     assert main(["reproduce", str(spec), "--page", str(page), "--page-only", "--quiet", "--json"]) == 0
@@ -348,8 +349,13 @@ def test_a_table_measured_a_few_rows_at_a_time_keeps_the_rows_already_on_its_pag
     rewritten = page.read_text()
     assert rewritten.split("```")[1] == again.split("```")[1]  # the same two commands
     assert iid_line in rewritten.splitlines() and later_line in rewritten.splitlines()
-    assert "Page rewritten at commit " in rewritten and "Rewritten prose." in rewritten
+    assert "Rewritten prose." in rewritten and rewritten.splitlines()[0] == again.splitlines()[0]
+    (written,) = [ln for ln in again.splitlines() if ln.startswith("Page written at commit ")]
+    assert written in rewritten.splitlines() and kept_paragraphs[0] in rewritten.splitlines()
     assert sorted(p.name for p in (tmp_path / "out").rglob("summary.json")) == runs_before
+    # and once more: the same page, byte for byte
+    assert main(["reproduce", str(spec), "--page", str(page), "--page-only", "--quiet"]) == 0
+    assert page.read_text() == rewritten
     assert "| offline | — | — | — | — | — | — |" in rewritten  # the row it never measured stays unmeasured
     text = again = rewritten
     assert main(["reproduce", str(spec), "--page-only", "--quiet"]) == 2

@@ -90,6 +90,7 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
         load_spec,
         read_page_rows,
         render_markdown,
+        rerender_page,
         rows_without_data,
         run_spec,
         write_page,
@@ -164,13 +165,17 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
         )
     wall = time.perf_counter() - started
     md = write_results(spec, results, out_dir, scale=scale.name)
-    if args.page:
+    if args.page and args.page_only:
+        # the page again from what it holds and its records, its provenance as it was: nothing ran
+        page = rerender_page(spec, Path(args.page), scale=scale.name)
+        if not args.quiet:
+            console.print(f"result page written to {page}")
+    elif args.page:
         from fedhet.report.provenance import commit
 
-        command = None if args.page_only else reproduce_command(args, spec.path.stem, scale.name)
+        command = reproduce_command(args, spec.path.stem, scale.name)
         cells_dir = Path(args.page).parent / "cells"
-        if command:
-            write_records(spec, results, cells_dir, scale=scale.name, command=command, machine=machine_line())
+        write_records(spec, results, cells_dir, scale=scale.name, command=command, machine=machine_line())
         page_results = keep_page_rows(spec, results, kept) if kept else results
         fill_from_records(spec, page_results, cells_dir, scale=scale.name)
         page = write_page(

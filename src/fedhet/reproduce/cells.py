@@ -220,10 +220,11 @@ def vouched_for(path: Path, record: dict[str, Any]) -> bool:
 
 
 def fill_from_records(spec: Spec, results: list[dict[str, Any]], cells_dir: Path, *, scale: str) -> None:
-    """Per-seed values, from the records, for the rows of ``results`` that did not run now (kept rows)."""
-    rows = {row.name: row for row in spec.rows}
+    """Per-seed values, from the records, for the rows of ``results`` that did not run now (kept rows). A row
+    is found by its identity (name, metric and view), never by its name alone: rows may share a name."""
+    rows = {spec.row_key(row): row for row in spec.rows}
     for r in results:
-        row = rows.get(r["row"])
+        row = rows.get(spec.result_key(r))
         if row is None or (r["available"] and r.get("run_dir")):
             continue
         folder = record_dir(cells_dir, spec, scale, row.folder)

@@ -37,7 +37,12 @@ def _curves_figure(
     path: Path,
 ) -> Path | None:
     """One panel per row: each method's ``metric_of(row)`` (× ``factor``, mean over seeds) per evaluated
-    round; None when no run has the metric."""
+    round; None when no run has the metric. Rows that show the same metric of the same runs (one per view)
+    share one panel."""
+    unique: dict[tuple[str, str], dict[str, Any]] = {}
+    for r in rows:
+        unique.setdefault((r["run_dir"], metric_of(r)), r)
+    rows = list(unique.values())
     if not rows:
         return None
     import matplotlib
@@ -158,9 +163,11 @@ def weights_figure(spec: Spec, results: list[dict[str, Any]], path: Path) -> Pat
     """Each row's final per-client contribution weights (or reward accuracies), mean over seeds, per method
     that has them (CELM, CGSV, ShapFed; FedRAC, CFFL rewards)."""
     panels = []
+    drawn = set()  # rows that share their runs (one per metric or view) draw them once
     for r in results:
-        if not (r["available"] and r.get("run_dir")):
+        if not (r["available"] and r.get("run_dir")) or r["run_dir"] in drawn:
             continue
+        drawn.add(r["run_dir"])
         for m in r["methods"]:
             values = []
             for seed in r["seeds"]:

@@ -18,7 +18,8 @@ from fedhet.reproduce.figures import (
     rewards_figure,
     weights_figure,
 )
-from fedhet.reproduce.render import finding_unit, render_markdown, row_label
+from fedhet.reproduce.render import GATES_HEADING, finding_unit, render_markdown, row_label
+from fedhet.reproduce.runner import data_was_missing
 from fedhet.reproduce.spec import Spec, list_specs, load_spec
 
 #: A result page's first line: which table, scale and commit, and how many rows it holds measured.
@@ -79,7 +80,10 @@ def render_page(
 ) -> str:
     """A result page: provenance, the paper-layout table (ours ± std / paper / Δ), figures, and the
     verified causes of the gaps. With ``kept`` (the page as it was), rows kept from it keep their lines,
-    commands, provenance and figures."""
+    commands, provenance and figures. With ``kept`` and no ``command`` (``--page-only``: nothing ran), the
+    page keeps its own provenance as it was: its commit, its "Page written" line and its paragraphs on kept
+    rows, so that rendering a page again from what it holds gives it back unchanged (``commit`` is used only
+    by a page that had no such line)."""
     table = render_markdown(spec, results, scale=scale, findings=False).split("\n", 2)[
         2
     ]  # without its "## title" line
@@ -90,7 +94,8 @@ def render_page(
             if cells["commits"]
             else "not recorded (runs from before commits were)"
         )
-        ran = [f"`{r['row']}`" for r in results if r["available"] and r.get("run_dir")]
+        # rows that share a name (one per metric or view of the same runs) are named once
+        ran = list(dict.fromkeys(f"`{r['row']}`" for r in results if r["available"] and r.get("run_dir")))
         which = f" (rows {', '.join(ran)})" if any(r.get("kept") for r in results) else ""
         records = (
             f" ({cells['from_records']} of them taken from their cell records under cells/: same experiment, "
@@ -104,7 +109,10 @@ def render_page(
         )
     else:
         computed = ""
-    kept_rows = [r["row"] for r in results if r.get("kept")]
+    kept_rows = list(dict.fromkeys(r["row"] for r in results if r.get("kept")))
+    rerendered = command is None and kept is not None  # --page-only: the page's provenance as it was
+    if rerendered:
+        commit = kept.commit
     # a page rewritten from its rows (command None: nothing ran) keeps the commands that measured them
     commands = [c for c in (kept.commands if kept and kept_rows else []) if c != command] + (
         [command] if command else []
@@ -124,7 +132,9 @@ def render_page(
         *commands,
         "```",
         "",
-        (
+        kept.written
+        if rerendered and kept.written
+        else (
             f"Page written at commit {commit}, scale **{scale}**, on {machine}; this invocation took "
             f"{wall_s / 60:.1f} min (runs already finished in the output directory are reused, not rerun)."
             if command
@@ -133,7 +143,8 @@ def render_page(
         )
         + f"{computed} Cells: ours as mean ± std over seeds / the paper's value / the difference.",
     ]
-    own = [name for name in kept_rows if kept and name in kept.ran]  # kept rows that page measured itself
+    # kept rows that page measured itself (a page written again from what it holds already says so)
+    own = [name for name in kept_rows if kept and name in kept.ran and not (rerendered and kept.written)]
     if kept and own:
         names = ", ".join(f"`{name}`" for name in own)
         lines += ["", f"{KEPT_PARAGRAPH} at commit {kept.commit}: {names}. {kept.provenance}".rstrip()]
@@ -233,13 +244,17 @@ class PageRows:
     page as :func:`render_page` wrote it)."""
 
     commit: str  # the commit the page was written at
-    lines: dict[str, str]  # row label (its name, and its metric where the row has its own) -> table line
-    notes: dict[str, str]  # row name -> its "- row: note" line under the table
+    #: row label (its name, with its metric and view where they are not the table's: one per row) -> line
+    lines: dict[str, str]
+    notes: dict[str, str]  # row label -> its "- row: note" line under the table
     commands: list[str]  # the page's regenerating commands
     provenance: str  # what the page said of the runs it ran ("Its N runs took ...")
     ran: list[str]  # the rows those runs measured (the rest of its measured rows it had kept itself)
     earlier: list[str]  # its own paragraphs on rows it had kept
     figures: list[tuple[str, str]]  # (title, path relative to the page)
+    written: str = ""  # its "Page written at commit ..." (or "Page rewritten ...") line, as printed
+    not_run: dict[str, str] | None = None  # row label -> why the page did not measure it ("← not run: ...")
+    gates: dict[str, list[str]] | None = None  # row name -> its "### Validity gates" section, as printed
 
 
 def read_page_rows(page: Path, spec: Spec, scale: str) -> PageRows:
@@ -266,13 +281,18 @@ def read_page_rows(page: Path, spec: Spec, scale: str) -> PageRows:
             "--keep-page-rows (every row it should hold measured in one run), or give another --page"
         )
     labels = {row_label(spec, row): row.name for row in spec.rows}
-    table = {
-        label: ln
-        for ln in body
-        for label in labels
-        if ln.startswith(f"| {label} | ") and "← not run" not in ln
-    }
-    notes = {name: ln for ln in body for name in labels.values() if ln.startswith(f"- {name}: ")}
+    if len(labels) < len(spec.rows):
+        raise ConfigError(f"{spec.path}: two rows print the same label; the page cannot tell them apart")
+    table: dict[str, str] = {}
+    not_run: dict[str, str] = {}
+    for ln in body:
+        for label in labels:
+            if ln.startswith(f"| {label} | "):
+                if NOT_RUN in ln:
+                    not_run[label] = ln.split(NOT_RUN, 1)[1]
+                else:
+                    table[label] = ln
+    notes = {label: ln for ln in body for label in labels if ln.startswith(f"- {note_name(spec, label)}: ")}
     fence = [i for i, ln in enumerate(body) if ln == "```"]
     commands = body[fence[0] + 1 : fence[1]] if len(fence) >= 2 else []
     written = next((ln for ln in body if ln.startswith("Page written at commit")), "")
@@ -287,7 +307,42 @@ def read_page_rows(page: Path, spec: Spec, scale: str) -> PageRows:
         ran=_rows_its_runs_measured(written, earlier, table, labels),
         earlier=earlier,
         figures=_figures(body),
+        written=written,
+        not_run=not_run,
+        gates=_gates(body),
     )
+
+
+#: What a table line of a row the page did not measure holds before the reason (render_markdown).
+NOT_RUN = " ← not run: "
+
+
+def note_name(spec: Spec, label: str) -> str:
+    """How the note of the row printed as ``label`` begins ("- NAME: "): its name, or its label where
+    another row of the table shares the name (render_markdown)."""
+    row = next(row for row in spec.rows if row_label(spec, row) == label)
+    return label if sum(r.name == row.name for r in spec.rows) > 1 else row.name
+
+
+def _gates(body: list[str]) -> dict[str, list[str]]:
+    """A page's validity-gate sections (``### Validity gates: ROW`` to the next section, figure or heading),
+    as printed, by row name."""
+    out: dict[str, list[str]] = {}
+    current: list[str] | None = None
+    for ln in body:
+        if ln.startswith(GATES_HEADING):
+            current = out[ln[len(GATES_HEADING) :]] = [ln]
+        elif current is not None and (ln.startswith("![") or ln.startswith("## ")):
+            current = None
+        elif current is not None:
+            current.append(ln)
+    return {name: _strip_blank(lines) for name, lines in out.items()}
+
+
+def _strip_blank(lines: list[str]) -> list[str]:
+    while lines and not lines[-1].strip():
+        lines = lines[:-1]
+    return lines
 
 
 def _rows_its_runs_measured(
@@ -297,10 +352,10 @@ def _rows_its_runs_measured(
     paragraphs on rows it had kept (``earlier``) and its table lines (row label -> line)."""
     named = re.search(r"runs \(rows (.*?)\) took", written)
     if named:  # a page that kept rows names the rows its own runs measured
-        return re.findall(r"`([^`]+)`", named.group(1))
+        return list(dict.fromkeys(re.findall(r"`([^`]+)`", named.group(1))))
     # an older page ran every measured row it did not keep
     kept_earlier = {name for p in earlier for name in re.findall(r"`([^`]+)`", p.split(". ")[0])}
-    return [labels[label] for label in table if labels[label] not in kept_earlier]
+    return list(dict.fromkeys(labels[label] for label in table if labels[label] not in kept_earlier))
 
 
 def _figures(body: list[str]) -> list[tuple[str, str]]:
@@ -310,18 +365,63 @@ def _figures(body: list[str]) -> list[tuple[str, str]]:
     ]
 
 
-def keep_page_rows(spec: Spec, results: list[dict[str, Any]], kept: PageRows) -> list[dict[str, Any]]:
+def keep_page_rows(
+    spec: Spec, results: list[dict[str, Any]], kept: PageRows, *, rerender: bool = False
+) -> list[dict[str, Any]]:
     """``results`` with every row this reproduction left out (``--rows``) and the page holds measured
-    taken from the page: its line as printed, its note and its differences to the paper (Δ as printed)."""
-    labels = {row.name: row_label(spec, row) for row in spec.rows}
+    taken from the page: its line as printed, its note, its differences to the paper (Δ as printed) and its
+    validity gates. A row is found by its identity (name, metric and view: rows may share a name), never by
+    its name alone. With ``rerender`` (``--page-only``: nothing ran), a row the page lists as not run keeps
+    the reason the page gives, and counts among the rows the page could measure only where that reason is
+    not a missing dataset (as where the page was written)."""
+    labels = {spec.row_key(row): row_label(spec, row) for row in spec.rows}
     out = []
     for r in results:
-        line = kept.lines.get(labels.get(r["row"], ""))
+        label = labels.get(spec.result_key(r), "")
+        line = kept.lines.get(label)
         if r.get("left_out") and line:
             diffs = [float(d) for d in re.findall(r"Δ ([+-][0-9.]+)", line)]
-            r = {**r, "kept": {"line": line, "note": kept.notes.get(r["row"]), "diffs": diffs}}
+            gates = (kept.gates or {}).get(r["row"])
+            r = {**r, "kept": {"line": line, "note": kept.notes.get(label), "diffs": diffs, "gates": gates}}
+        elif rerender and r.get("left_out") and label in (kept.not_run or {}):
+            note = (kept.not_run or {})[label]
+            r = {**r, "note": note, "left_out": not data_was_missing(note)}
         out.append(r)
     return out
+
+
+def rerender_page(
+    spec: Spec, page: Path, *, scale: str | None = None, out: Path | None = None, index: bool = True
+) -> Path:
+    """``--page-only``: ``page`` written again (to ``out``, default the page itself) from what it holds and
+    its cell records (``cells/`` beside it), running nothing: the rows it measured keep their lines, notes,
+    gates and figures, the page its commands and provenance; the findings are judged again from the records,
+    and the table's notes and gaps are its current ones. A page rendered from the same table, records and
+    page comes back unchanged, byte for byte. ``scale``: the page's (read from its first line) unless given;
+    ``index``: also refresh README.md beside ``out``."""
+    from fedhet.reproduce.cells import fill_from_records
+    from fedhet.reproduce.runner import run_spec
+
+    if scale is None:
+        mark = _PAGE_MARK.match(page.read_text().split("\n", 1)[0])
+        if mark is None:
+            raise ConfigError(f"{page} is not a result page written by `fedhet reproduce --page`")
+        scale = mark.group(2)
+    kept = read_page_rows(page, spec, scale)
+    results = run_spec(spec, out_dir=page.parent, scale=scale, measure=False)
+    page_results = keep_page_rows(spec, results, kept, rerender=True)
+    fill_from_records(spec, page_results, page.parent / "cells", scale=scale)
+    figures = [(title, rel) for title, rel in kept.figures if (page.parent / rel).is_file()]
+    text = render_page(
+        spec, page_results, scale=scale, command=None, commit=kept.commit, wall_s=0.0, machine="",
+        figures=figures, kept=kept,
+    )  # fmt: skip
+    target = out or page
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.write_text(text)
+    if index:
+        write_index(target.parent)
+    return target
 
 
 def write_index(pages_dir: Path) -> Path:

@@ -86,8 +86,16 @@ def render_markdown(
         cells = [_cell(r["methods"].get(m, {}), len(r["seeds"])) for m in methods]
         shape = f"{r['rounds']} | {r.get('clients', '—')} | {len(r['seeds'])} | {r.get('model', '—')}"
         lines.append(f"| {name} | {shape} | " + " | ".join(cells) + " |")
+    # a note names its row; where rows share a name (one per metric or view), by its label
+    shared = {name for name in (r["row"] for r in results) if sum(x["row"] == name for x in results) > 1}
+
+    def noted_as(r: dict[str, Any]) -> str:
+        if r["row"] not in shared:
+            return r["row"]
+        return labelled(spec, r["row"], r.get("metric") or spec.metric, r.get("view"))
+
     noted = [
-        r["kept"]["note"] if r.get("kept") else f"- {r['row']}: {r['note']}"
+        r["kept"]["note"] if r.get("kept") else f"- {noted_as(r)}: {r['note']}"
         for r in results
         if (r.get("kept") or {}).get("note") or (r["available"] and r.get("note"))
     ]
@@ -114,17 +122,31 @@ def render_markdown(
     return "\n".join(lines) + "\n"
 
 
+#: How the validity gates of a row begin on a page (followed by the row's name).
+GATES_HEADING = "### Validity gates: "
+
+
 def gates_section(spec: Spec, results: list[dict[str, Any]]) -> list[str]:
-    """The table's validity gates per row that ran (``gates = "fssl"``), read from the row's runs."""
+    """The table's validity gates per row that ran (``gates = "fssl"``), read from the row's runs; a row kept
+    from the page as it was keeps its gates as printed (they need the runs' per-round unlabeled-use figures,
+    which its cell records do not hold). Rows that share a name (and their runs) print them once."""
     if spec.gates != "fssl":
         return []
     from fedhet.report.fssl_gates import fssl_gates, gates_markdown, read_fssl_runs
 
     lines: list[str] = []
+    done: set[str] = set()
     for r in results:
+        if r["row"] in done:
+            continue
+        if (r.get("kept") or {}).get("gates"):
+            done.add(r["row"])
+            lines += ["", *r["kept"]["gates"]]
+            continue
         if not r["available"] or not r.get("run_dir"):
             continue
-        lines += ["", f"### Validity gates: {r['row']}", ""]
+        done.add(r["row"])
+        lines += ["", f"{GATES_HEADING}{r['row']}", ""]
         try:
             lines.append(gates_markdown(fssl_gates(*read_fssl_runs(Path(r["run_dir"])))).rstrip())
         except ValueError as exc:  # a run of only some methods (--methods): the gates need all five

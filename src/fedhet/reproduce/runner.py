@@ -19,12 +19,18 @@ def _data_missing(cfg: ExperimentConfig) -> str:
 
     for status in dataset_status(cfg.data.root):
         if status["name"] == cfg.data.dataset:
-            return (
-                ""
-                if status["available"]
-                else f"{cfg.data.dataset} not available here (pass --set data.root=DIR)"
-            )
+            return "" if status["available"] else f"{cfg.data.dataset}{DATA_MISSING}"
     return ""
+
+
+#: How a row whose dataset is not found ends its note ("svhn not available here ...").
+DATA_MISSING = " not available here (pass --set data.root=DIR)"
+
+
+def data_was_missing(note: str) -> bool:
+    """Whether a row's "not run" note says its dataset was not found (such a row is not among the rows a page
+    could have measured where it was written, :func:`fedhet.reproduce.page.rows_measured`)."""
+    return note.endswith(DATA_MISSING)
 
 
 def rows_without_data(spec: Spec) -> list[str]:
@@ -115,16 +121,18 @@ def run_spec(
                 entry["methods"][m] = {"paper": row.paper.get(m)}
             results.append(entry)
             continue
+        if not measure:  # nothing runs: no config is read, no dataset looked for (the same on any machine)
+            entry.update(available=False, note="not measured yet", left_out=True)
+            for m in wanted:
+                entry["methods"][m] = {"paper": row.paper.get(m)}
+            results.append(entry)
+            continue
         base = row_config(row, overrides or [])
         missing = _data_missing(base)
-        left_out = not measure or (
-            bool(wanted_rows) and not any(w.lower() in row.name.lower() for w in wanted_rows)
-        )
+        left_out = bool(wanted_rows) and not any(w.lower() in row.name.lower() for w in wanted_rows)
         if missing or left_out:  # listed, so a page says which rows it lacks and why
             made_with = " ".join(f"--rows {w!r}" for w in wanted_rows)
-            note = missing or (
-                f"not part of this reproduction (made with {made_with})" if measure else "not measured yet"
-            )
+            note = missing or f"not part of this reproduction (made with {made_with})"
             entry.update(available=False, note=note, left_out=not missing)
             for m in wanted:
                 entry["methods"][m] = {"paper": row.paper.get(m)}

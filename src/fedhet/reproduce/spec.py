@@ -165,6 +165,15 @@ class Spec:
             return Scale("cpu", note="the paper's settings (they fit a 2-core machine)")
         return Scale("full", note="the paper's settings")
 
+    def row_key(self, row: Row) -> tuple[str, str, str]:
+        """A row's identity on its page: its name, metric and view. Rows may share a name (one row per metric
+        or view of the same runs); no two rows of a table share all three."""
+        return row.name, row.metric or self.metric, row.view or self.view
+
+    def result_key(self, result: dict[str, Any]) -> tuple[str, str, str]:
+        """The identity (:meth:`row_key`) of a result row (one dict of :func:`~fedhet.reproduce.run_spec`)."""
+        return result["row"], result.get("metric") or self.metric, result.get("view") or self.view
+
 
 def parse_paper_value(text: Any) -> tuple[float, float | None]:
     """``"80.64 ± 2.25"`` -> (80.64, 2.25); a bare number -> (value, None)."""
@@ -290,6 +299,15 @@ def load_spec(name: str) -> Spec:
             raise ConfigError(
                 f"{path}: row {rows[-1].name!r} lists methods {sorted(stray)} the table does not"
             )
+    seen: set[tuple[str, str | None, str | None]] = set()
+    for row in rows:  # a page tells its rows apart by name, metric and view (fedhet.reproduce.page)
+        key = (row.name, row.metric or raw.get("metric", "accuracy"), row.view or raw.get("view", "final"))
+        if key in seen:
+            raise ConfigError(
+                f"{path}: two rows are named {row.name!r} with the same metric and view; rows that share a "
+                "name must differ in `metric` or `view`"
+            )
+        seen.add(key)
     return Spec(
         path=path,
         title=raw.get("title", path.stem),
