@@ -17,7 +17,11 @@ from fedhet.engine.rundir import (
     RunDirLock,
     check_run_dir,
     claim_run_dir,
+    finished_runs,
+    read_metrics,
+    read_summary,
     run_dir_state,
+    run_name,
     write_atomic,
 )
 from fedhet.errors import CALLER, RunDirectoryError
@@ -162,6 +166,27 @@ def test_the_python_api_gives_advice_in_keyword_arguments(tmp_path):
     with pytest.raises(RunDirectoryError, match="Pass rerun=True to replace them") as e:
         fedhet.compare(overrides=overrides, methods=["fedavg"], out=tmp_path / "cmp")
     assert "--" not in str(e.value)
+
+
+def test_the_readers_of_a_run_and_of_a_compare_folder(tmp_path):
+    """Metrics lines are strict JSON unless a torn one may be dropped; a missing file is an error unless it
+    may read as none; a compare folder's finished runs are its <method>-seed<k> folders with a summary."""
+    run = tmp_path / run_name("fedavg", 0)
+    run.mkdir()
+    with pytest.raises(FileNotFoundError):
+        read_metrics(run)
+    assert read_metrics(run, missing_ok=True) == []
+    (run / "metrics.jsonl").write_text('{"round": 1}\n\n{"round": 2}\n{"rou')
+    with pytest.raises(ValueError):
+        read_metrics(run)
+    assert read_metrics(run, drop_torn=True) == [{"round": 1}, {"round": 2}]
+    (run / "summary.json").write_text('{"seed": 0}')
+    assert read_summary(run) == {"seed": 0}
+    (tmp_path / "fedavg-seed1").mkdir()  # unfinished: no summary
+    (tmp_path / "fedprox-seed0").mkdir()
+    (tmp_path / "fedprox-seed0" / "summary.json").write_text("{}")
+    assert run.name == "fedavg-seed0" and finished_runs(tmp_path, "fedavg") == [run]
+    assert finished_runs(tmp_path / "missing", "fedavg") == []
 
 
 def test_write_atomic_replaces_in_one_step(tmp_path):

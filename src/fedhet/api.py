@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from fedhet.config import ExperimentConfig, apply_override, from_dict, load_config, load_run_config
+from fedhet.engine.rundir import CONFIG_FILE, read_metrics
 from fedhet.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -70,7 +71,7 @@ class RunResult:
     ) -> RunResult:
         run_dir = Path(summary["run_dir"]) if summary.get("run_dir") else None
         if metrics is None:
-            metrics = _read_metrics(run_dir) if run_dir is not None else []
+            metrics = read_metrics(run_dir, missing_ok=True) if run_dir is not None else []
         return cls(
             method=summary["method"],
             seed=int(summary["seed"]),
@@ -110,13 +111,6 @@ class CompareResult:
             if row["method"] == method:
                 return row
         raise KeyError(f"no method {method!r} in this comparison; it holds {list(self.runs)}")
-
-
-def _read_metrics(run_dir: Path) -> list[dict[str, Any]]:
-    path = run_dir / "metrics.jsonl"
-    if not path.is_file():
-        return []
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
 def as_config(config: ConfigLike, overrides: Mapping[str, Any] | None = None) -> ExperimentConfig:
@@ -198,12 +192,12 @@ def run(
         raise ConfigError("resume continues the run directory given as out; pass out=RUN_DIR")
     if resume and overrides:
         raise ConfigError(
-            "resume continues the run exactly as its config.toml says; overrides would change it"
+            f"resume continues the run exactly as its {CONFIG_FILE} says; overrides would change it"
         )
     if resume and engine != "embedded":
         raise ConfigError("resume works with the embedded engine only (Flower nodes keep their own state)")
     if resume and config is None:
-        config = Path(out) / "config.toml"
+        config = Path(out) / CONFIG_FILE
     notify = notify or _log_notice
     # a resumed run reads its own config.toml as it ran (a default changed since keeps its old value there)
     cfg = load_run_config(config) if resume else as_config(config, overrides)

@@ -30,7 +30,7 @@ import numpy as np
 from fedhet.algorithms import accepted_params, build_strategy, strategy_class
 from fedhet.config import ExperimentConfig, apply_override, load_run_config
 from fedhet.engine import checkpoint as ckpt
-from fedhet.engine.rundir import run_dir_state
+from fedhet.engine.rundir import CONFIG_FILE, SUMMARY_FILE, read_summary, run_dir_state, run_name
 from fedhet.engine.warm_start import recorded_warm_start, warm_start_digest
 from fedhet.errors import FedhetError, RunDirectoryError, TrainingDivergedError, option
 from fedhet.experiment import (
@@ -154,11 +154,11 @@ def _same_run(cfg: ExperimentConfig, config_file: Path) -> bool:
 
 def finished_summary(cfg: ExperimentConfig, run_dir: Path) -> dict[str, Any] | None:
     """The summary of a finished run of the same experiment as ``cfg`` in ``run_dir``, or None."""
-    summary, config = run_dir / "summary.json", run_dir / "config.toml"
+    summary, config = run_dir / SUMMARY_FILE, run_dir / CONFIG_FILE
     if not (summary.is_file() and config.is_file()) or not _same_run(cfg, config):
         return None
     try:
-        return json.loads(summary.read_text())
+        return read_summary(run_dir)
     except json.JSONDecodeError:
         log.warning("%s is unreadable: rerunning %s", summary, run_dir.name)
         return None
@@ -166,7 +166,7 @@ def finished_summary(cfg: ExperimentConfig, run_dir: Path) -> dict[str, Any] | N
 
 def resumable(cfg: ExperimentConfig, run_dir: Path) -> bool:
     """Whether ``run_dir`` holds a checkpoint of an unfinished run of the same experiment as ``cfg``."""
-    config = run_dir / "config.toml"
+    config = run_dir / CONFIG_FILE
     if not config.is_file() or ckpt.latest_checkpoint(run_dir) is None:
         return False
     return _same_run(cfg, config)
@@ -179,7 +179,7 @@ def conflicting_cells(plan: list[PlannedRun]) -> list[str]:
         state = run_dir_state(run.run_dir)
         if state == "empty":
             continue
-        config = run.run_dir / "config.toml"
+        config = run.run_dir / CONFIG_FILE
         if state == "foreign" or not config.is_file() or not _same_run(run.cfg, config):
             why = "not a fedhet run" if state == "foreign" else f"{state}, another configuration"
             out.append(f"{run.run_dir} ({why})")
@@ -255,7 +255,7 @@ def run_comparison(
     for seed in seeds:
         for m in methods:
             cfg = method_config(base, m, seed, method_params.get(m))
-            run_dir = out_dir / f"{m}-seed{seed}"
+            run_dir = out_dir / run_name(m, seed)
             plan.append(PlannedRun(m, seed, cfg, run_dir, _needs_standalone(cfg, auto), may_resume=reuse))
     if reuse:
         conflicts = conflicting_cells(plan)

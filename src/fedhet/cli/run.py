@@ -19,6 +19,7 @@ from fedhet.cli.common import (
     status_console,
     writable_dir,
 )
+from fedhet.engine.rundir import CONFIG_FILE
 from fedhet.errors import ConfigError
 
 
@@ -62,13 +63,13 @@ def cmd_run(args: argparse.Namespace) -> int:
             given.append("--overwrite")
         if given:
             raise ConfigError(
-                f"--resume {args.resume} continues the run exactly as its config.toml says; "
+                f"--resume {args.resume} continues the run exactly as its {CONFIG_FILE} says; "
                 f"{', '.join(given)} would change it. Drop them, or start a new run (a new --out)"
             )
         run_dir = Path(args.resume)
-        config = run_dir / "config.toml"
+        config = run_dir / CONFIG_FILE
         if not config.is_file():
-            raise SystemExit(f"--resume {run_dir}: no config.toml there; pass a run directory fedhet wrote")
+            raise SystemExit(f"--resume {run_dir}: no {CONFIG_FILE} there; pass a run directory fedhet wrote")
         if args.engine == "flower-simulation":
             raise SystemExit(
                 "--resume works with the embedded engine only (Flower nodes keep their own state)"

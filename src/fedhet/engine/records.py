@@ -1,12 +1,11 @@
-"""What a run directory records besides its checkpoints: the lines of ``metrics.jsonl`` and
-``timings.jsonl``, ``summary.json`` (final, best and last-rounds metrics, contributions, provenance),
-``partition.json`` and the method's ``records.json``. The round loop writes them; report/ reads them.
+"""What a run directory records besides its checkpoints: the metrics and timings lines, the summary (final,
+best and last-rounds metrics, contributions, provenance), the partition and the method's records (their file
+names: ``fedhet.engine.rundir``). The round loop writes them; report/ reads them.
 """
 
 from __future__ import annotations
 
 import json
-import logging
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
@@ -17,12 +16,7 @@ from torch import Tensor
 
 from fedhet import metrics as M
 from fedhet.config import ExperimentConfig
-from fedhet.engine.rundir import write_atomic
-
-log = logging.getLogger("fedhet")
-
-#: The run directory's file of method records (``Strategy.run_records``), read by the report layer.
-RECORDS_FILE = "records.json"
+from fedhet.engine.rundir import PARTITION_FILE, read_json_lines, write_atomic
 
 SCALAR_KEYS = (
     "accuracy",
@@ -70,17 +64,11 @@ def read_rounds(path: Path, last_round: int) -> list[dict[str, Any]]:
     write torn by a kill) are dropped with a warning."""
     if not path.is_file():
         return []
-    kept: list[dict[str, Any]] = []
-    for number, line in enumerate(path.read_text().splitlines(), start=1):
-        if not line.strip():
-            continue
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError:
-            log.warning("%s line %d is torn (not JSON): dropped, its round is run again", path, number)
-            continue
-        if isinstance(record, dict) and int(record.get("round", last_round + 1)) <= last_round:
-            kept.append(record)
+    kept = [
+        record
+        for record in read_json_lines(path, drop_torn=True)
+        if isinstance(record, dict) and int(record.get("round", last_round + 1)) <= last_round
+    ]
     write_atomic(path, "".join(json.dumps(h) + "\n" for h in kept))
     return kept
 
@@ -142,7 +130,7 @@ def run_summary(
     commit: str,
     code_commits: list[dict[str, Any]],
 ) -> dict[str, Any]:
-    """``summary.json`` of a run whose metrics lines are ``history``: the final and best evaluation, the
+    """The summary of a run whose metrics lines are ``history``: the final and best evaluation, the
     mean of the last rounds', the final contributions and rewards, the partition (``federation``: sizes
     and info), the standalone accuracies fairness was measured against, and the code it ran (``commit``:
     that of its last rounds; ``code_commits``: every stretch of rounds with its own)."""
@@ -180,11 +168,11 @@ def run_summary(
 
 
 def write_partition(run_dir: Path, federation: Any) -> None:
-    """``partition.json``: each client's sample and class counts, the class names and the split's info."""
+    """The partition file: each client's sample and class counts, the class names and the split's info."""
     info = {
         "sizes": federation.sizes,
         "counts": federation.class_counts.tolist(),
         "classes": list(federation.dataset.classes),
         "info": jsonable(federation.info),
     }
-    (run_dir / "partition.json").write_text(json.dumps(info))
+    (run_dir / PARTITION_FILE).write_text(json.dumps(info))

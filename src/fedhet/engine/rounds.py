@@ -49,15 +49,16 @@ from fedhet.engine.guards import (
     update_norms,
 )
 from fedhet.engine.protocol import LR_KEY, FederationInfo, Reply, Strategy, Transport
-from fedhet.engine.records import (
+from fedhet.engine.records import jsonable, read_rounds, run_summary, write_partition, zero_rejected
+from fedhet.engine.rundir import (
+    CONFIG_FILE,
+    METRICS_FILE,
     RECORDS_FILE,
-    jsonable,
-    read_rounds,
-    run_summary,
-    write_partition,
-    zero_rejected,
+    SUMMARY_FILE,
+    TIMINGS_FILE,
+    claim_run_dir,
+    write_atomic,
 )
-from fedhet.engine.rundir import claim_run_dir, write_atomic
 from fedhet.engine.schedule import dropped_clients, evaluates, learning_rate, resolve_device, sample_clients
 from fedhet.engine.seeds import derived_rng, model_seed
 from fedhet.engine.warm_start import WARM_START_FILE, recorded_warm_start, warm_start_weights
@@ -393,7 +394,7 @@ class RoundLoop:
         if state.get("config_hash") != self.cfg.run_fingerprint():
             raise ConfigError(
                 f"the checkpoint in {path} was written by a different configuration; "
-                "resume with the run's own config.toml or start a new run directory"
+                f"resume with the run's own {CONFIG_FILE} or start a new run directory"
             )
         recorded = recorded_warm_start(self.run_dir)
         if self.warm_start is not None and recorded is not None and recorded != self.warm_start["digest"]:
@@ -410,8 +411,8 @@ class RoundLoop:
         self.code_commits = list(state.get("code_commits", []))  # none in checkpoints written before 12/2026
         # Lines after the checkpoint's round are dropped (they are run again), a torn last line included.
         self.checkpoint_round = int(state["round"])
-        self.history = read_rounds(self.run_dir / "metrics.jsonl", int(state["round"]))
-        self.timings = read_rounds(self.run_dir / "timings.jsonl", int(state["round"]))
+        self.history = read_rounds(self.run_dir / METRICS_FILE, int(state["round"]))
+        self.timings = read_rounds(self.run_dir / TIMINGS_FILE, int(state["round"]))
         log.info("resumed %s from round %d", self.run_dir, state["round"])
         return True
 
@@ -438,11 +439,11 @@ class RoundLoop:
         if self.run_dir is not None:
             self.run_dir.mkdir(parents=True, exist_ok=True)
             if not (self.resume and self.restore()):
-                (self.run_dir / "metrics.jsonl").write_text("")
-                (self.run_dir / "timings.jsonl").write_text("")
+                (self.run_dir / METRICS_FILE).write_text("")
+                (self.run_dir / TIMINGS_FILE).write_text("")
             # A run counts as finished only once its summary is written.
-            (self.run_dir / "summary.json").unlink(missing_ok=True)
-            write_atomic(self.run_dir / "config.toml", to_toml(cfg))
+            (self.run_dir / SUMMARY_FILE).unlink(missing_ok=True)
+            write_atomic(self.run_dir / CONFIG_FILE, to_toml(cfg))
             if self.warm_start is not None:
                 write_atomic(self.run_dir / WARM_START_FILE, json.dumps(self.warm_start, indent=2))
             write_partition(self.run_dir, self.fed)
@@ -481,7 +482,7 @@ class RoundLoop:
             # A run counts as finished once its summary exists (compare's reuse, run_dir_state); the
             # figures and CSVs are derived from it and the records (the listeners' work; the report
             # command rebuilds them).
-            write_atomic(self.run_dir / "summary.json", json.dumps(jsonable(summary), indent=2))
+            write_atomic(self.run_dir / SUMMARY_FILE, json.dumps(jsonable(summary), indent=2))
         for listener in self.listeners:
             listener.finished(summary)
         return summary
@@ -523,9 +524,9 @@ class RoundLoop:
         self.timings.append(timing)
         if self.run_dir is not None:
             # Timings live apart from metrics.jsonl, which is bit-identical across runs with one seed.
-            with open(self.run_dir / "metrics.jsonl", "a") as fh:
+            with open(self.run_dir / METRICS_FILE, "a") as fh:
                 fh.write(json.dumps(jsonable(line)) + "\n")
-            with open(self.run_dir / "timings.jsonl", "a") as fh:
+            with open(self.run_dir / TIMINGS_FILE, "a") as fh:
                 fh.write(json.dumps(timing) + "\n")
             every = cfg.eval.checkpoint_every
             if rnd == cfg.train.rounds or (every and rnd % every == 0):

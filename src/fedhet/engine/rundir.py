@@ -1,4 +1,10 @@
-"""Run directories: what a directory holds, a lock while a run writes into it, and atomic writes.
+"""Run directories: their file names, what a directory holds, a lock while a run writes into it, atomic
+writes, and the reading of a run's summary and metrics lines.
+
+This module owns a run directory's vocabulary: the names of its files (:data:`SUMMARY_FILE`,
+:data:`METRICS_FILE`, ...), the ``<method>-seed<k>`` naming of the runs of a compare folder
+(:func:`run_name`, :func:`finished_runs`) and the readers of what a run wrote (:func:`read_summary`,
+:func:`read_metrics`). Every other module names these files through it.
 
 A run directory is in one of four states (:func:`run_dir_state`):
 
@@ -19,16 +25,80 @@ itself stays in the directory.
 from __future__ import annotations
 
 import fcntl
+import json
+import logging
 import os
 import shutil
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 from fedhet.errors import RunDirectoryError, option
 
+log = logging.getLogger("fedhet")
+
 LOCK_FILE = ".fedhet.lock"
+#: The run's summary (final, best and last-rounds metrics, contributions, provenance); written last.
+SUMMARY_FILE = "summary.json"
+#: One strict-JSON line per round (bit-identical for one config and seed on one machine).
+METRICS_FILE = "metrics.jsonl"
+#: Seconds per round, one JSON line per round (kept apart from the metrics, which do not vary).
+TIMINGS_FILE = "timings.jsonl"
+#: The resolved config the run ran with.
+CONFIG_FILE = "config.toml"
+#: Each client's sample and class counts, the class names and the split's info.
+PARTITION_FILE = "partition.json"
+#: The method's records (``Strategy.run_records``), read by the report layer.
+RECORDS_FILE = "records.json"
 #: The files whose presence makes a directory a fedhet run (written at the start of every run).
-RUN_MARKERS = ("config.toml", "metrics.jsonl")
+RUN_MARKERS = (CONFIG_FILE, METRICS_FILE)
+
+
+def run_name(method: str, seed: object) -> str:
+    """The folder of one run in a compare folder: ``<method>-seed<k>`` (``seed`` may be ``"{seed}"``)."""
+    return f"{method}-seed{seed}"
+
+
+def is_finished(run_dir: Path) -> bool:
+    """Whether ``run_dir`` holds a finished run (its summary, written last, exists)."""
+    return (Path(run_dir) / SUMMARY_FILE).is_file()
+
+
+def finished_runs(directory: Path, method: str) -> list[Path]:
+    """The finished runs ``<method>-seed<k>`` of a compare folder, in seed order (sorted by name)."""
+    directory = Path(directory)
+    runs = directory.glob(run_name(method, "*")) if directory.is_dir() else []
+    return sorted((p for p in runs if is_finished(p)), key=lambda p: p.name)
+
+
+def read_summary(run_dir: Path) -> dict[str, Any]:
+    """A run's summary (raises :class:`FileNotFoundError` when the run has none)."""
+    return json.loads((Path(run_dir) / SUMMARY_FILE).read_text())
+
+
+def read_json_lines(path: Path, *, missing_ok: bool = False, drop_torn: bool = False) -> list[Any]:
+    """The values of a JSON-lines file, one per non-empty line.
+
+    ``missing_ok``: a missing file reads as no lines (else :class:`FileNotFoundError`). ``drop_torn``: a line
+    that does not parse (a write torn by a kill) is dropped with a warning (else the error is raised)."""
+    path = Path(path)
+    if missing_ok and not path.is_file():
+        return []
+    values: list[Any] = []
+    for number, line in enumerate(path.read_text().splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            values.append(json.loads(line))
+        except json.JSONDecodeError:
+            if not drop_torn:
+                raise
+            log.warning("%s line %d is torn (not JSON): dropped", path, number)
+    return values
+
+
+def read_metrics(run_dir: Path, *, missing_ok: bool = False, drop_torn: bool = False) -> list[dict[str, Any]]:
+    """A run's metrics lines, in round order (the options as in :func:`read_json_lines`)."""
+    return read_json_lines(Path(run_dir) / METRICS_FILE, missing_ok=missing_ok, drop_torn=drop_torn)
 
 
 def run_dir_state(run_dir: Path) -> str:
@@ -40,7 +110,7 @@ def run_dir_state(run_dir: Path) -> str:
     entries = [p for p in run_dir.iterdir() if p.name != LOCK_FILE]
     if not entries:
         return "empty"
-    if (run_dir / "summary.json").is_file():
+    if is_finished(run_dir):
         return "finished"
     if any((run_dir / m).is_file() for m in RUN_MARKERS):
         return "unfinished"
@@ -149,7 +219,7 @@ def check_run_dir(run_dir: Path, *, resume: bool = False, overwrite: bool = Fals
     out = option("out")
     if state == "finished" and not resume:
         raise RunDirectoryError(
-            f"run directory {run_dir} holds a finished run (summary.json); pass {option('overwrite')} to "
+            f"run directory {run_dir} holds a finished run ({SUMMARY_FILE}); pass {option('overwrite')} to "
             f"replace it, or choose another {out}"
         )
     if state == "unfinished" and not resume:

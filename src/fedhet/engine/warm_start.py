@@ -16,6 +16,7 @@ from pathlib import Path
 from torch import Tensor, nn
 
 from fedhet.engine import checkpoint as ckpt
+from fedhet.engine.rundir import is_finished
 from fedhet.engine.weights import weights_digest
 from fedhet.errors import ConfigError
 
@@ -69,7 +70,7 @@ def warm_start_weights(run_dir: str | os.PathLike, model: nn.Module) -> dict[str
             f"model.init_from={str(run_dir)!r} holds no checkpoint; point it at a finished run directory "
             "(run it first, with eval.checkpoint_every >= 0: the last round is always saved)"
         )
-    if not (Path(run_dir) / "summary.json").is_file():
+    if not is_finished(Path(run_dir)):
         log.warning(
             "model.init_from: %s has not finished; starting from its checkpoint %s", run_dir, path.name
         )

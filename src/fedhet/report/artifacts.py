@@ -25,8 +25,16 @@ from typing import Any
 
 import numpy as np
 
+from fedhet.engine.rundir import (
+    CONFIG_FILE,
+    PARTITION_FILE,
+    RECORDS_FILE,
+    is_finished,
+    read_metrics,
+    read_summary,
+)
 from fedhet.report import figures as F
-from fedhet.report.fairness import fairness_summary, read_metrics
+from fedhet.report.fairness import fairness_summary
 
 #: metrics.jsonl keys that belong in fssl_rounds.csv (pooled pseudo-label statistics, mean client losses,
 #: ProxyFL's proxy tuning, FedProto's prototype count).
@@ -42,12 +50,12 @@ def _json(path: Path) -> Any:
 def write_run_artifacts(run_dir: str | Path) -> None:
     """Write every artifact the run's records call for into ``run_dir`` (figures under ``figures/``)."""
     run = Path(run_dir)
-    records = _json(run / "records.json") or {}
+    records = _json(run / RECORDS_FILE) or {}
     if not records:
         return
-    lines = read_metrics(run)
-    summary = _json(run / "summary.json") or {}
-    partition = _json(run / "partition.json") or {}
+    lines = read_metrics(run, missing_ok=True)
+    summary = (read_summary(run) if is_finished(run) else None) or {}
+    partition = _json(run / PARTITION_FILE) or {}
     if "celm" in records:
         write_celm(run, records["celm"], lines, summary, partition.get("info") or {})
     if "submodel" in records:
@@ -139,7 +147,7 @@ def write_celm(
 # Submodels (FedRAC, FedSAC)
 # --------------------------------------------------------------------------------------------------------
 def _bcf_alpha(run: Path) -> float:
-    path = run / "config.toml"
+    path = run / CONFIG_FILE
     if path.is_file():
         from fedhet.config import load_config
 

@@ -36,6 +36,16 @@ from typing import Any
 import numpy as np
 
 from fedhet.config import load_run_config
+from fedhet.engine.rundir import (
+    CONFIG_FILE,
+    PARTITION_FILE,
+    RECORDS_FILE,
+    SUMMARY_FILE,
+    is_finished,
+    read_metrics,
+    read_summary,
+    run_name,
+)
 from fedhet.errors import ConfigError
 from fedhet.report import figures as F
 from fedhet.report.artifacts import celm_evidence, float_array
@@ -97,11 +107,6 @@ class Audit:
 # --------------------------------------------------------------------------------------------------------
 # Reading a run
 # --------------------------------------------------------------------------------------------------------
-def _lines(run_dir: Path) -> list[dict[str, Any]]:
-    path = run_dir / "metrics.jsonl"
-    return [json.loads(s) for s in path.read_text().splitlines() if s.strip()] if path.is_file() else []
-
-
 def _class_shares(debiased: np.ndarray) -> np.ndarray:
     """Each client's share of each class's de-biased evidence q_ik / Σ_j q_jk (0 where a class has none)."""
     q = np.nan_to_num(np.asarray(debiased, dtype=np.float64), nan=0.0).clip(min=0.0)
@@ -111,11 +116,10 @@ def _class_shares(debiased: np.ndarray) -> np.ndarray:
 
 def load_audit(run_dir: Path, settings: AuditSettings | None = None) -> Audit:
     """Read one run directory and flag its clients (:func:`flag_clients`)."""
-    summary_path = run_dir / "summary.json"
-    if not summary_path.is_file():
-        raise ConfigError(f"{run_dir} holds no summary.json; audit finished runs of `fedhet run`/`compare`")
-    summary = json.loads(summary_path.read_text())
-    lines = _lines(run_dir)
+    if not is_finished(run_dir):
+        raise ConfigError(f"{run_dir} holds no {SUMMARY_FILE}; audit finished runs of `fedhet run`/`compare`")
+    summary = read_summary(run_dir)
+    lines = read_metrics(run_dir, missing_ok=True)
     history = [(int(ln["round"]), ln["contributions"]) for ln in lines if ln.get("contributions")]
     if summary.get("contributions"):
         weights, source = float_array(summary["contributions"]), "contribution"
@@ -134,7 +138,7 @@ def load_audit(run_dir: Path, settings: AuditSettings | None = None) -> Audit:
     share = None
     if sizes and len(sizes) == weights.size and sum(sizes) > 0:
         share = np.asarray(sizes, dtype=np.float64) / float(sum(sizes))
-    records_path = run_dir / "records.json"
+    records_path = run_dir / RECORDS_FILE
     records = json.loads(records_path.read_text()) if records_path.is_file() else {}
     # CELM's evidence: CELM's own, or data-free FedRAC's estimate (the same records, under "submodel").
     evidence = celm_evidence(records.get("celm") or records.get("submodel", {}))
@@ -277,7 +281,7 @@ def ground_truth(run_dir: Path, s: AuditSettings | None = None) -> dict[str, lis
     holders of ≥ ``dominant_share`` of a class's samples (partition.json), the injected faults ([faults])."""
     s = s or AuditSettings()
     truth: dict[str, list[int]] = {kind: [] for kind in FLAGS}
-    part = json.loads((run_dir / "partition.json").read_text())
+    part = json.loads((run_dir / PARTITION_FILE).read_text())
     info = part.get("info", {})
     if info.get("free_rider") is not None:
         truth["free-rider suspect"] = [int(info["free_rider"])]
@@ -285,8 +289,8 @@ def ground_truth(run_dir: Path, s: AuditSettings | None = None) -> dict[str, lis
     totals = counts.sum(axis=0)
     dominant = (counts >= s.dominant_share * np.where(totals > 0, totals, np.inf)).any(axis=1)
     truth["maverick"] = [int(i) for i in np.flatnonzero(dominant)]
-    config = tomllib.loads((run_dir / "config.toml").read_text())
-    guards = load_run_config(run_dir / "config.toml").guards  # as the run ran (defaults it did not set)
+    config = tomllib.loads((run_dir / CONFIG_FILE).read_text())
+    guards = load_run_config(run_dir / CONFIG_FILE).guards  # as the run ran (defaults it did not set)
     refused = {"nan"}  # non-finite updates are always refused; the others only by the guards that catch them
     if guards.update_norm_factor:
         refused |= {"noise", "scale"}
@@ -320,7 +324,7 @@ def audit_markdown(audits: Sequence[Audit], fig_dir: Path, rel: str) -> str:
     ]
     for index, a in enumerate(audits):
         name = f"{a.method}, seed {a.seed}"
-        slug = f"{index:02d}-{a.method}-seed{a.seed}"
+        slug = f"{index:02d}-{run_name(a.method, a.seed)}"
         parts += [f"## {name}", "", f"Run directory: `{a.run_dir}`", ""]
         header = ["client", a.weight_source, "rank"]
         if a.sample_share is not None:

@@ -6,13 +6,14 @@ table per method (mean ± std over its seeds); any run with rewards qualifies, F
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from fedhet.engine.rundir import read_metrics, read_summary
 
 SUMMARY_KEYS = ("fairness_pearson", "bcf_rate", "bcf_rate_code", "accuracy")
 _COLUMN_NAMES = {
@@ -21,14 +22,6 @@ _COLUMN_NAMES = {
     "bcf_rate_code": "rate (code)",
     "accuracy": "acc %",
 }
-
-
-def read_metrics(run_dir: Path) -> list[dict[str, Any]]:
-    """The lines of a run's ``metrics.jsonl`` (none when it is missing)."""
-    path = Path(run_dir) / "metrics.jsonl"
-    if not path.is_file():
-        return []
-    return [json.loads(s) for s in path.read_text().splitlines() if s.strip()]
 
 
 def fairness_summary(lines: Sequence[Mapping[str, Any]], rounds: int | None = None, last: int = 100) -> dict:
@@ -65,8 +58,8 @@ def fairness_table(runs: Sequence[Path], last: int = 100) -> str:
     lines = ["\t".join(header)]
     by_method: dict[str, list[list[float]]] = {}
     for run in runs:
-        summary = json.loads((run / "summary.json").read_text())
-        report = fairness_summary(read_metrics(run), rounds=summary.get("rounds"), last=last)
+        summary = read_summary(run)
+        report = fairness_summary(read_metrics(run, missing_ok=True), rounds=summary.get("rounds"), last=last)
         values = []
         for key in SUMMARY_KEYS:
             info = report.get(key) or {}

@@ -10,12 +10,12 @@ contradicted or not resolved). Used by ``fedhet study gated-fssl`` and by the ``
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
+from fedhet.engine.rundir import is_finished, read_metrics, read_summary
 from fedhet.verdicts import CONTRADICTED, HOLDS, UNRESOLVED, judge
 
 #: The claimed ordering as (better, worse) pairs, paired by seed.
@@ -58,11 +58,11 @@ def read_fssl_runs(compare_dir: Path) -> tuple[dict[str, dict[int, float]], dict
     fraction of unlabeled samples that passed the mask (metrics.jsonl)."""
     acc: dict[str, dict[int, float]] = {}
     used: dict[str, dict[int, float]] = {}
-    for run in sorted(p for p in compare_dir.iterdir() if (p / "summary.json").is_file()):
-        summary = json.loads((run / "summary.json").read_text())
+    for run in sorted(p for p in compare_dir.iterdir() if is_finished(p)):
+        summary = read_summary(run)
         method, seed = summary["method"], int(summary["seed"])
         acc.setdefault(method, {})[seed] = 100 * float(summary["last"]["accuracy"])
-        lines = [json.loads(s) for s in (run / "metrics.jsonl").read_text().splitlines() if s.strip()]
+        lines = read_metrics(run)
         fractions = [ln["unlabeled_used_fraction"] for ln in lines if "unlabeled_used_fraction" in ln]
         if fractions:
             used.setdefault(method, {})[seed] = float(np.mean(fractions))

@@ -10,6 +10,14 @@ from typing import Any
 
 import numpy as np
 
+from fedhet.engine.rundir import (
+    CONFIG_FILE,
+    PARTITION_FILE,
+    SUMMARY_FILE,
+    is_finished,
+    read_metrics,
+    read_summary,
+)
 from fedhet.errors import ConfigError
 from fedhet.report.figures import (
     plot_class_counts,
@@ -28,25 +36,22 @@ def find_runs(paths: list[Path]) -> list[Path]:
             raise ConfigError(
                 f"{p} does not exist; pass run directories written by `fedhet run`/`fedhet compare`"
             )
-        if (p / "summary.json").is_file():
+        if is_finished(p):
             runs.append(p)
         else:
-            runs += sorted(q for q in p.iterdir() if q.is_dir() and (q / "summary.json").is_file())
+            runs += sorted(q for q in p.iterdir() if q.is_dir() and is_finished(q))
     if not runs:
-        raise ConfigError(f"no run directories (with summary.json) found in {[str(p) for p in paths]}")
+        raise ConfigError(f"no run directories (with {SUMMARY_FILE}) found in {[str(p) for p in paths]}")
     return runs
 
 
 def load_run(run_dir: Path) -> dict[str, Any]:
-    metrics = [json.loads(s) for s in (run_dir / "metrics.jsonl").read_text().splitlines() if s.strip()]
-    partition = (
-        json.loads((run_dir / "partition.json").read_text())
-        if (run_dir / "partition.json").is_file()
-        else None
-    )
+    metrics = read_metrics(run_dir)
+    partition_file = run_dir / PARTITION_FILE
+    partition = json.loads(partition_file.read_text()) if partition_file.is_file() else None
     return {
         "dir": run_dir,
-        "summary": json.loads((run_dir / "summary.json").read_text()),
+        "summary": read_summary(run_dir),
         "metrics": metrics,
         "partition": partition,
     }
@@ -105,7 +110,8 @@ def write_report(paths: list[Path], out: str | os.PathLike, title: str | None = 
     rel = lambda p: _link(os.path.relpath(p, out.parent))  # noqa: E731
     md = [f"# {title or 'fedhet report'}", ""]
     first = runs[0]
-    cfg_text = (first["dir"] / "config.toml").read_text() if (first["dir"] / "config.toml").is_file() else ""
+    cfg_file = first["dir"] / CONFIG_FILE
+    cfg_text = cfg_file.read_text() if cfg_file.is_file() else ""
     md += [
         f"{len(runs)} run(s): " + ", ".join(f"`{r['dir'].name}`" for r in runs),
         "",

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Callable
 from pathlib import Path
@@ -10,6 +9,7 @@ from typing import Any
 
 import numpy as np
 
+from fedhet.engine.rundir import is_finished, read_metrics, read_summary, run_name
 from fedhet.reproduce.spec import Spec
 
 
@@ -17,10 +17,9 @@ def _curves(run_dir: Path, method: str, seeds: list[int], metric: str) -> tuple[
     """Rounds and the mean over seeds of ``metric`` per evaluated round (metrics.jsonl of each seed's run)."""
     series = []
     for seed in seeds:
-        path = run_dir / f"{method}-seed{seed}" / "metrics.jsonl"
-        if not path.is_file():
+        lines = read_metrics(run_dir / run_name(method, seed), missing_ok=True)
+        if not lines:
             return None
-        lines = [json.loads(s) for s in path.read_text().splitlines() if s.strip()]
         series.append({ln["round"]: ln[metric] for ln in lines if isinstance(ln.get(metric), int | float)})
     rounds = sorted(set.intersection(*(set(s) for s in series))) if series else []
     if not rounds:
@@ -112,8 +111,8 @@ def rewards_figure(spec: Spec, results: list[dict[str, Any]], path: Path) -> Pat
         for m in r["methods"]:
             xs, ys = [], []
             for seed in r["seeds"]:
-                summary = Path(r["run_dir"]) / f"{m}-seed{seed}" / "summary.json"
-                data = json.loads(summary.read_text()) if summary.is_file() else {}
+                run = Path(r["run_dir"]) / run_name(m, seed)
+                data = read_summary(run) if is_finished(run) else {}
                 if data.get("rewards") and data.get("standalone"):
                     xs += data["standalone"]
                     ys += data["rewards"]
@@ -171,9 +170,9 @@ def weights_figure(spec: Spec, results: list[dict[str, Any]], path: Path) -> Pat
         for m in r["methods"]:
             values = []
             for seed in r["seeds"]:
-                summary = Path(r["run_dir"]) / f"{m}-seed{seed}" / "summary.json"
-                if summary.is_file():
-                    data = json.loads(summary.read_text())
+                run = Path(r["run_dir"]) / run_name(m, seed)
+                if is_finished(run):
+                    data = read_summary(run)
                     key = (
                         "contributions"
                         if data.get("contributions")

@@ -271,13 +271,17 @@ def recorded_runs(
 
 # -- reading runs ------------------------------------------------------------------------------------------
 def read_lines(run_dir: Path) -> list[dict[str, Any]]:
-    """The per-round lines of a run's ``metrics.jsonl``."""
-    text = (run_dir / "metrics.jsonl").read_text()
-    return [json.loads(s) for s in text.splitlines() if s.strip()]
+    """The per-round lines of a run's ``metrics.jsonl`` (:func:`fedhet.engine.rundir.read_metrics`)."""
+    from fedhet.engine.rundir import read_metrics
+
+    return read_metrics(run_dir)
 
 
 def read_summary(run_dir: Path) -> dict[str, Any]:
-    return json.loads((run_dir / "summary.json").read_text())
+    """A run's summary (:func:`fedhet.engine.rundir.read_summary`)."""
+    from fedhet.engine import rundir
+
+    return rundir.read_summary(run_dir)
 
 
 @dataclass(frozen=True)
@@ -298,6 +302,8 @@ class RunLog:
 
 
 def finished_seeds(directory: Path, method: str) -> list[Path]:
-    """The finished runs ``<method>-seed<k>`` of a compare directory, in seed order."""
-    runs = directory.glob(f"{method}-seed*") if directory.is_dir() else []
-    return sorted((p for p in runs if (p / "summary.json").is_file()), key=lambda p: p.name)
+    """The finished runs ``<method>-seed<k>`` of a compare directory, in seed order
+    (:func:`fedhet.engine.rundir.finished_runs`)."""
+    from fedhet.engine.rundir import finished_runs
+
+    return finished_runs(directory, method)

@@ -25,18 +25,19 @@ from typing import Any
 
 import numpy as np
 
-from fedhet.studies.base import Study, finished_seeds, read_lines, read_summary
+from fedhet.engine.rundir import finished_runs, read_metrics, read_summary
+from fedhet.studies.base import Study
 
 
 def dead_classes(cell: Path) -> int:
     """Classes the final evaluated server model never predicts correctly (recall 0)."""
-    recall = [ln["per_class_recall"] for ln in read_lines(cell) if ln.get("per_class_recall")][-1]
+    recall = [ln["per_class_recall"] for ln in read_metrics(cell) if ln.get("per_class_recall")][-1]
     return sum(1 for r in recall if r == 0)
 
 
 def single_client_from(cell: Path) -> int | None:
     """The first round from which CFFL's reputable set is one client in every later round, or None."""
-    sets = [(ln["round"], ln.get("cffl_reputable")) for ln in read_lines(cell) if "cffl_reputable" in ln]
+    sets = [(ln["round"], ln.get("cffl_reputable")) for ln in read_metrics(cell) if "cffl_reputable" in ln]
     start = None
     for rnd, members in sets:
         if members is not None and len(members) == 1:
@@ -47,7 +48,7 @@ def single_client_from(cell: Path) -> int | None:
 
 
 def shapfed_course(cell: Path) -> dict:
-    weights = [(ln["round"], ln["contributions"]) for ln in read_lines(cell) if ln.get("contributions")]
+    weights = [(ln["round"], ln["contributions"]) for ln in read_metrics(cell) if ln.get("contributions")]
     negative = next((rnd for rnd, w in weights if min(w) < 0), None)
     s = read_summary(cell)
     return {
@@ -66,7 +67,7 @@ def weights_from_sample_shares(cell: Path) -> tuple[float, float]:
     shares = sizes / sizes.sum()
     distances = [
         0.5 * float(np.abs(np.asarray(ln["contributions"], dtype=np.float64) - shares).sum())
-        for ln in read_lines(cell)
+        for ln in read_metrics(cell)
         if ln.get("contributions")
     ]
     if not distances:
@@ -76,9 +77,7 @@ def weights_from_sample_shares(cell: Path) -> tuple[float, float]:
 
 def final_accuracies(row: Path, method: str) -> dict[str, float]:
     """Seed -> final accuracy of the finished runs of ``method`` in one row."""
-    return {
-        p.name.split("seed")[1]: read_summary(p)["final"]["accuracy"] for p in finished_seeds(row, method)
-    }
+    return {p.name.split("seed")[1]: read_summary(p)["final"]["accuracy"] for p in finished_runs(row, method)}
 
 
 def table(dirs: list[Path], options: Mapping[str, Any]) -> str:
@@ -98,9 +97,7 @@ def table(dirs: list[Path], options: Mapping[str, Any]) -> str:
                 f"CELM - FedAvg, final accuracy, per seed {common}: {', '.join(f'{d:+.2f}' for d in diff)}"
                 f" (mean {np.mean(diff):+.2f})"
             )
-        by_seed = {
-            c.name.split("seed")[1]: weights_from_sample_shares(c) for c in finished_seeds(row, "celm")
-        }
+        by_seed = {c.name.split("seed")[1]: weights_from_sample_shares(c) for c in finished_runs(row, "celm")}
         distances = list(by_seed.values())
         pairs += [(by_seed[s][0], 100 * (celm[s] - fedavg[s])) for s in common if s in by_seed]
         if distances:
@@ -109,15 +106,15 @@ def table(dirs: list[Path], options: Mapping[str, Any]) -> str:
                 f"over rounds / final, per seed: {', '.join(f'{m:.3f} / {f:.3f}' for m, f in distances)}"
             )
         for method in ("cffl", "cgsv"):
-            cells = finished_seeds(row, method)
+            cells = finished_runs(row, method)
             if cells:
                 out.append(
                     f"{method}: classes with final recall 0 per seed: {[dead_classes(c) for c in cells]}"
                 )
-        cffl = [single_client_from(c) for c in finished_seeds(row, "cffl")]
+        cffl = [single_client_from(c) for c in finished_runs(row, "cffl")]
         if cffl:
             out.append(f"cffl: R is one client from round (per seed; None = never for good): {cffl}")
-        for cell in finished_seeds(row, "shapfed"):
+        for cell in finished_runs(row, "shapfed"):
             c = shapfed_course(cell)
             out.append(
                 f"shapfed {cell.name}: first negative weight in round {c['first_negative_weight']}, largest "

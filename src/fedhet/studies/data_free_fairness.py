@@ -29,6 +29,7 @@ from typing import Any
 
 import numpy as np
 
+from fedhet.engine.rundir import RECORDS_FILE, finished_runs, is_finished, read_summary
 from fedhet.studies.base import CompareCell, Study
 
 #: setting -> (shipped experiment, overrides)
@@ -67,7 +68,7 @@ def standalone_timings(out: Path, echo: Callable[[str], None]) -> None:
 
     for name, (config, sets) in SETTINGS.items():
         target = out / "standalone" / name
-        if (target / "summary.json").is_file():
+        if is_finished(target):
             continue
         echo(f"standalone/{name}: {config} standalone seed 0 (timed)")
         started = time.perf_counter()
@@ -78,9 +79,9 @@ def standalone_timings(out: Path, echo: Callable[[str], None]) -> None:
 def _summaries(directory: Path, method: str) -> list[dict]:
     """Each run's summary.json, with its fairness_summary.json (best / final / last-100 means) as "window"."""
     out = []
-    for path in sorted(directory.glob(f"{method}-seed*/summary.json")):
-        summary = json.loads(path.read_text())
-        summary["window"] = json.loads((path.parent / "fairness_summary.json").read_text())
+    for run in finished_runs(directory, method):
+        summary = read_summary(run)
+        summary["window"] = json.loads((run / "fairness_summary.json").read_text())
         out.append(summary)
     return out
 
@@ -147,7 +148,7 @@ def _weights_pearson(directory: Path) -> list[float]:
     c⁰ = 1/N, every client present) with the standalone accuracies."""
     out = []
     for run in _summaries(directory, "fedrac-data-free"):
-        record = json.loads((Path(run["run_dir"]) / "records.json").read_text())["submodel"]
+        record = json.loads((Path(run["run_dir"]) / RECORDS_FILE).read_text())["submodel"]
         scores = [np.asarray(e["scores"], dtype=np.float64) for e in record.get("evidence", [])]
         if not scores:
             continue

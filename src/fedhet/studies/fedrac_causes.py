@@ -31,12 +31,13 @@ from typing import Any
 
 import numpy as np
 
-from fedhet.studies.base import Option, Study, read_lines, read_summary
+from fedhet.engine.rundir import is_finished, read_metrics, read_summary
+from fedhet.studies.base import Option, Study
 
 
 def evaluations(cell: Path) -> list[dict]:
     """The evaluated rounds of a cell (those with rewards), in order."""
-    return [r for r in read_lines(cell) if r.get("rewards") is not None]
+    return [r for r in read_metrics(cell) if r.get("rewards") is not None]
 
 
 def standalone(cell: Path) -> np.ndarray:
@@ -119,7 +120,7 @@ def table(dirs: list[Path], options: Mapping[str, Any]) -> str:
             "rate final: below/above (tied) | max a − max s | window | largest tie | a − s final | "
             "below at best rate (s → a) | lowest client: a = s",
         ]
-        for cell in sorted(p for p in row.iterdir() if (p / "summary.json").exists()):
+        for cell in sorted(p for p in row.iterdir() if is_finished(p)):
             f = cell_facts(cell, alpha)
             if not f:
                 continue

@@ -22,15 +22,8 @@ from typing import Any
 import numpy as np
 
 from fedhet.config import FAULT_BEHAVIOURS
-from fedhet.studies.base import (
-    CompareCell,
-    RunLog,
-    Study,
-    finished_seeds,
-    read_summary,
-    recorded_runs,
-    write_cell_records,
-)
+from fedhet.engine.rundir import finished_runs, is_finished, read_summary, run_name
+from fedhet.studies.base import CompareCell, RunLog, Study, recorded_runs, write_cell_records
 
 CONFIG = "robustness/fmnist-n10"
 CLIENTS = 10
@@ -156,10 +149,10 @@ def run_engine_check(out: Path, echo: Callable[[str], None], records: Path | Non
 
     checks = engine_check_cells()
     for n, (_, flower) in enumerate(checks, 1):
-        target = out / flower.path / "fedavg-seed0"
+        target = out / flower.path / run_name("fedavg", 0)
         if records is not None and recorded_runs(records, flower, "fedavg"):
             continue
-        if not (target / "summary.json").is_file():
+        if not is_finished(target):
             echo(f"[Flower engine {n}/{len(checks)}] {flower.path}, seed 0")
             overrides = {**flower.overrides, "method.name": "fedavg", "seed": 0}
             run(flower.config, overrides=overrides, out=target, overwrite=True, engine="flower-simulation")
@@ -169,8 +162,8 @@ def run_engine_check(out: Path, echo: Callable[[str], None], records: Path | Non
 
 def _seed0_accuracies(cell: CompareCell, out: Path | None, records: Path | None) -> list[float] | None:
     """Every evaluation's accuracy of the cell's FedAvg seed 0: from its run in ``out``, else its record."""
-    run = out / cell.path / "fedavg-seed0" if out is not None else None
-    if run is not None and (run / "summary.json").is_file():
+    run = out / cell.path / run_name("fedavg", 0) if out is not None else None
+    if run is not None and is_finished(run):
         return RunLog.read(run).accuracies
     found = [r for r in recorded_runs(records, cell, "fedavg") if r["seed"] == 0] if records else []
     return found[0]["values"].get("accuracies") if found else None
@@ -287,7 +280,7 @@ def collect(out: Path | None, records: Path | None = None) -> dict[tuple[str, st
                 commits = ", ".join(dict.fromkeys(str(c) for c in record.get("commits") or []))
                 wall = float(record.get("wall_time_s") or 0.0)
                 per_seed[record["seed"]] = (record["values"], commits, wall, record.get("machine", ""))
-            for run in finished_seeds(out / cell.path, method) if out is not None else []:
+            for run in finished_runs(out / cell.path, method) if out is not None else []:
                 summary = read_summary(run)
                 per_seed[int(run.name.rsplit("seed", 1)[1])] = (
                     run_values(cell, run, method),
@@ -609,7 +602,7 @@ def record_runs(out: Path, records: Path) -> int:
     written = 0
     checks = [flower for _, flower in engine_check_cells()]
     for cell in [*cells(), *checks]:
-        runs = [p for m in cell.methods for p in finished_seeds(out / cell.path, m)]
+        runs = [p for m in cell.methods for p in finished_runs(out / cell.path, m)]
         seeds = sorted({int(p.name.rsplit("seed", 1)[1]) for p in runs})
         written += len(write_cell_records(run_values, records, cell, out, seeds))
     return written
