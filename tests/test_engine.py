@@ -503,9 +503,12 @@ def test_a_run_names_the_commit_each_stretch_of_its_rounds_ran_at_read_as_the_ro
 ):
     """A result page cites the code its numbers came from: the commit is read when a process starts its
     rounds (the code it imported), not when the summary is written, and a run resumed under other code lists
-    both stretches."""
+    both stretches. Each stretch names the results stamp it computed under (the method's, here FedAvg's)."""
     import fedhet.engine.rounds as rounds
     from fedhet.reproduce import cell_provenance
+    from fedhet.reproduce.store import method_stamp
+
+    stamp = method_stamp("fedavg")
 
     cfg = small_config()
     cfg.train.rounds, cfg.eval.fairness = 4, False
@@ -528,8 +531,8 @@ def test_a_run_names_the_commit_each_stretch_of_its_rounds_ran_at_read_as_the_ro
     new_process()
     summary = make_simulation(cfg, run_dir=tmp_path / "run", resume=True).run()
     assert summary["fedhet_commits"] == [
-        {"commit": "aaa1111", "from_round": 1},
-        {"commit": "bbb2222", "from_round": 3},
+        {"commit": "aaa1111", "results": stamp, "from_round": 1},
+        {"commit": "bbb2222", "results": stamp, "from_round": 3},
     ]
     assert summary["fedhet_commit"] == "bbb2222"
     # a run that starts and ends under one commit names it once, whatever the tree holds at its end
@@ -538,7 +541,7 @@ def test_a_run_names_the_commit_each_stretch_of_its_rounds_ran_at_read_as_the_ro
     cfg.train.rounds = 2
     edited = lambda rnd, total, line: current.update(commit="later")  # noqa: E731
     one = make_simulation(cfg, run_dir=tmp_path / "one", progress=edited).run()
-    assert one["fedhet_commits"] == [{"commit": "ccc3333", "from_round": 1}]
+    assert one["fedhet_commits"] == [{"commit": "ccc3333", "results": stamp, "from_round": 1}]
     assert one["fedhet_commit"] == "ccc3333"
     # resumed under the commit it stopped at: still one stretch
     current["commit"] = "ddd4444"
@@ -548,11 +551,11 @@ def test_a_run_names_the_commit_each_stretch_of_its_rounds_ran_at_read_as_the_ro
     shutil.rmtree(tmp_path / "same" / "checkpoints" / "round_00002")
     new_process()
     same = make_simulation(cfg, run_dir=tmp_path / "same", resume=True).run()
-    assert same["fedhet_commits"] == [{"commit": "ddd4444", "from_round": 1}]
+    assert same["fedhet_commits"] == [{"commit": "ddd4444", "results": stamp, "from_round": 1}]
     # one process, several runs (a compare worker): the commit it read at its first run, for all of them
     current["commit"] = "eee5555"
     later = make_simulation(cfg, run_dir=tmp_path / "later").run()
-    assert later["fedhet_commits"] == [{"commit": "ddd4444", "from_round": 1}]
+    assert later["fedhet_commits"] == [{"commit": "ddd4444", "results": stamp, "from_round": 1}]
     new_process()
     result = {"available": True, "run_dir": str(tmp_path), "methods": {"fedavg": {}}, "seeds": [0]}
     (tmp_path / "fedavg-seed0").mkdir()
@@ -561,6 +564,26 @@ def test_a_run_names_the_commit_each_stretch_of_its_rounds_ran_at_read_as_the_ro
         assert cell_provenance([result])["commits"] == sorted(
             c["commit"] for c in json.loads((path / "summary.json").read_text())["fedhet_commits"]
         )
+
+
+def test_a_run_resumed_under_another_results_stamp_has_no_single_stamp(tmp_path, monkeypatch):
+    """A run whose rounds ran under two stamps (a module's version bumped in between) lists both stretches,
+    and the record store gives it no stamp: no record of it is ever reused."""
+    import shutil
+
+    import fedhet.algorithms.fedavg as fedavg_module
+    from fedhet.reproduce.store import run_stamp
+
+    cfg = small_config()
+    cfg.train.rounds, cfg.eval.fairness = 3, False
+    with pytest.raises(Interrupt):
+        make_simulation(cfg, run_dir=tmp_path / "run", progress=interrupt_at(2)).run()
+    shutil.rmtree(tmp_path / "run" / "checkpoints" / "round_00002")
+    monkeypatch.setattr(fedavg_module, "RESULTS_VERSION", fedavg_module.RESULTS_VERSION + 1)
+    summary = make_simulation(cfg, run_dir=tmp_path / "run", resume=True).run()
+    stamps = [stretch["results"] for stretch in summary["fedhet_commits"]]
+    assert len(stamps) == 2 and "fedavg=1" in stamps[0] and "fedavg=2" in stamps[1]
+    assert run_stamp(summary) is None
 
 
 # -- the evaluation schedule (eval.every, eval.every_round_last) ---------------------------------------------

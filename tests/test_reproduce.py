@@ -494,27 +494,20 @@ def _two_seed_digits_table(tmp_path: Path) -> tuple[Path, list[str]]:
 
 def test_a_cell_whose_record_still_holds_is_taken_from_it_and_not_run_again(tmp_path, capsys, monkeypatch):
     """--page leaves a record per cell; a later reproduction into an empty output folder takes every cell
-    whose record holds the same experiment and code digest from it (nothing runs, the same numbers), and
-    runs again the cells whose record names other code."""
+    whose record holds the same experiment and results stamp from it (nothing runs, the same numbers), and
+    runs again the cells whose record names another stamp."""
     import fedhet.comparison as comparison
-    import fedhet.reproduce.cells as cells
+    from fedhet.reproduce.store import method_stamp
 
-    monkeypatch.setattr(cells, "computed_by_this_code", lambda summary, method: True)  # a clean checkout
     page, argv = _two_seed_digits_table(tmp_path)
     assert main([*argv, "--out", str(tmp_path / "first")]) == 0
     first = json.loads(capsys.readouterr().out.strip().splitlines()[-1])["results"][0]
     records = sorted(p.name for p in (page.parent / "cells" / "t" / "full" / "iid").glob("*.json"))
     assert records == ["fedavg-seed0.json", "fedavg-seed1.json", "fedprox-seed0.json", "fedprox-seed1.json"]
-    # the page written again by a checkout whose code moved on: it cannot vouch for the runs, and keeps the
-    # records written by the one that could
+    # each record names the stamp its run computed under: today's
     record_dir = page.parent / "cells" / "t" / "full" / "iid"
-    digests = {p.name: json.loads(p.read_text())["code"] for p in record_dir.glob("*.json")}
-    assert all(digests.values())
-    monkeypatch.setattr(cells, "computed_by_this_code", lambda summary, method: False)
-    assert main([*argv, "--out", str(tmp_path / "first")]) == 0
-    capsys.readouterr()
-    assert {p.name: json.loads(p.read_text())["code"] for p in record_dir.glob("*.json")} == digests
-    monkeypatch.setattr(cells, "computed_by_this_code", lambda summary, method: True)
+    stamps = {p.name.split("-seed")[0]: json.loads(p.read_text())["code"] for p in record_dir.glob("*.json")}
+    assert stamps == {m: method_stamp(m) for m in ("fedavg", "fedprox")}
     ran = []
     real = comparison.run_comparison
     monkeypatch.setattr(
@@ -545,14 +538,40 @@ def test_a_cell_whose_record_still_holds_is_taken_from_it_and_not_run_again(tmp_
     assert set(third["recorded"]) == {"fedavg", "fedprox"} and set(third["recorded"]["fedprox"]) == {"0"}
 
 
+def test_fedhet_records_counts_the_cells_a_page_would_take_from_records_and_those_it_would_run(
+    tmp_path, capsys, monkeypatch
+):
+    """After --page, every cell of the page stands in its record (nothing to run). A bump of FedProx's module
+    version invalidates FedProx's cells and no others: 2 to run, estimated at the sum of their records' own
+    wall times (read here from the files); FedAvg's two still come from records."""
+    import fedhet.algorithms.fedprox as fedprox_module
+    import fedhet.comparison as comparison
+    from fedhet.cli.records import table_page
+    from fedhet.reproduce import load_spec
+
+    page, argv = _two_seed_digits_table(tmp_path)
+    assert main([*argv, "--out", str(tmp_path / "runs")]) == 0
+    capsys.readouterr()
+    spec = load_spec(str(tmp_path / "t.toml"))
+    cells_dir = page.parent / "cells"
+    plan = table_page(page, cells_dir, spec)
+    assert (plan["from_records"], plan["to_run"], plan["cpu_hours"]) == (4, 0, 0.0)
+    monkeypatch.setattr(fedprox_module, "RESULTS_VERSION", fedprox_module.RESULTS_VERSION + 1)
+    monkeypatch.setattr(comparison, "run_comparison", lambda *a, **k: pytest.fail("a plan ran a cell"))
+    plan = table_page(page, cells_dir, spec)
+    assert (plan["from_records"], plan["to_run"], plan["rows_to_run"]) == (2, 2, ["IID"])
+    walls = [
+        json.loads((cells_dir / "t" / "full" / "iid" / f"fedprox-seed{s}.json").read_text()) for s in (0, 1)
+    ]
+    assert plan["cpu_hours"] == pytest.approx(sum(r["wall_time_s"] for r in walls) / 3600)
+
+
 def test_an_interrupted_table_keeps_the_records_of_its_finished_seeds(tmp_path, capsys, monkeypatch):
     """Each seed of a row is recorded as it ends, not when the table ends: a reproduction stopped in its
     second seed leaves the first seed's records, and a later one into an empty output folder (the runs are
     gone) runs only the second seed."""
     import fedhet.comparison as comparison
-    import fedhet.reproduce.cells as cells
 
-    monkeypatch.setattr(cells, "computed_by_this_code", lambda summary, method: True)  # a clean checkout
     page, argv = _two_seed_digits_table(tmp_path)
     ran = []
     real = comparison.run_comparison
@@ -585,45 +604,31 @@ def test_an_interrupted_table_keeps_the_records_of_its_finished_seeds(tmp_path, 
     ]  # fmt: skip
 
 
-def test_a_record_is_trusted_only_where_git_finds_the_methods_code_unchanged(monkeypatch):
-    import subprocess
+def test_the_store_reuses_a_record_only_for_the_same_experiment_under_todays_stamp(tmp_path):
+    from fedhet.reproduce import store
 
-    import fedhet.reproduce.cells as cells
-
-    asked, answers = [], {}
-    monkeypatch.setattr(
-        cells.subprocess,
-        "run",
-        lambda cmd, **kw: asked.append(cmd[3:5]) or subprocess.CompletedProcess(cmd, answers.get(cmd[3], 0)),
-    )
-    runs = {"fedhet_commits": [{"commit": "abc1234"}, {"commit": "def5678"}]}
-    assert cells.computed_by_this_code(runs, "celm")
-    # each commit the run's rounds were computed at against HEAD, then HEAD against the working tree
-    assert asked == [["abc1234", "HEAD"], ["def5678", "HEAD"], ["HEAD", "--"]]
-    answers["def5678"] = 1  # the method's files differ between that commit and HEAD
-    assert not cells.computed_by_this_code(runs, "celm")
-    answers.clear()
-    answers["HEAD"] = 1  # uncommitted changes in them
-    assert not cells.computed_by_this_code(runs, "celm")
-    answers.clear()
-    asked.clear()
-    for unusable in (
-        {"fedhet_commit": "abc1234 (with uncommitted changes)"},
-        {"fedhet_commit": "unknown"},
-        {},
-    ):
-        assert not cells.computed_by_this_code(unusable, "celm")
-    assert asked == []  # refused without asking git
-    # the digest covers the method's own files and the engine, not another method's
-    files = {str(p.relative_to(cells.PACKAGE)) for p in cells.method_code_files("celm")}
-    assert {
-        "algorithms/celm.py",
-        "algorithms/fedavg.py",
-        "engine/rounds.py",
-        "data/splits/dirichlet.py",
-    } <= files
-    assert "algorithms/proxyfl.py" not in files and "cli/run.py" not in files
-    assert cells.code_digest("celm") != cells.code_digest("fedavg")
+    stamp = store.method_stamp("celm")
+    record = {"experiment": "f" * 16, "code": stamp}
+    assert store.is_reusable(record, "f" * 16, "celm")
+    assert not store.is_reusable(record, "e" * 16, "celm")  # another experiment
+    assert not store.is_reusable({**record, "code": stamp.replace("celm=1", "celm=0")}, "f" * 16, "celm")
+    assert not store.is_reusable({**record, "code": None}, "f" * 16, "celm")  # no stamp: never
+    assert not store.is_reusable(record, "f" * 16, "fedavg")  # another method's stamp
+    assert not store.is_reusable(None, "f" * 16, "celm")
+    # a run's stamp: the one every stretch of its rounds names; none where they differ or name none
+    one = {"commit": "abc1234", "results": stamp}
+    assert store.run_stamp({"fedhet_commits": [one, {**one, "commit": "def5678"}]}) == stamp
+    assert store.run_stamp({"fedhet_commits": [one, {"commit": "def5678", "results": "core=1"}]}) is None
+    assert store.run_stamp({"fedhet_commits": [{"commit": "abc1234"}]}) is None
+    assert store.run_stamp({"fedhet_commit": "abc1234"}) is None
+    # written again from a summary that names no stamp, a record keeps the stamp it was written with
+    path = tmp_path / "celm-seed0.json"
+    kept = {"experiment": "f" * 16, "commits": ["abc1234"], "code": stamp, "values": {"a": 1}}
+    store.write_record(path, kept)
+    store.write_record(path, {**kept, "code": None, "values": {"a": 2}})
+    assert json.loads(path.read_text()) == kept
+    store.write_record(path, {**kept, "commits": ["def5678"], "code": None})  # another run: replaced
+    assert json.loads(path.read_text())["code"] is None
 
 
 def test_a_tables_own_set_runs_every_row_with_it_before_the_rows_own_and_the_page_says_so(tmp_path):

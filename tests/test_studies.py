@@ -299,10 +299,8 @@ def test_fedhet_robustness_page_writes_the_results_page_and_figure_from_recorded
     tmp_path, capsys, monkeypatch
 ):
     from fedhet.cli import main
-    from fedhet.reproduce import cells as reproduce_cells
     from fedhet.studies import robustness
 
-    monkeypatch.setattr(reproduce_cells, "computed_by_this_code", lambda summary, method: True)
     by_path = {cell.path: cell for cell in robustness.cells()}
     lines = [{"aggregation_weights": {"0": 0.1}}]
     runs = tmp_path / "runs"
@@ -339,12 +337,13 @@ def test_robustness_records_its_runs_and_renders_the_page_from_the_records_alone
     with the runs deleted shows the same cells. A record of a cell whose definition has since changed (its
     experiment fingerprint differs) is not shown."""
     from fedhet.cli import main
-    from fedhet.reproduce import cells as reproduce_cells
+    from fedhet.reproduce.store import method_stamp
     from fedhet.studies import robustness
 
-    monkeypatch.setattr(reproduce_cells, "computed_by_this_code", lambda summary, method: True)
     by_path = {cell.path: cell for cell in robustness.cells()}
     runs, root = tmp_path / "runs", tmp_path / "checkout"
+    # the runs computed under today's stamp, as the round loop names it in each stretch of rounds
+    stretch = [{"commit": "abc1234", "results": method_stamp("fedavg"), "from_round": 1}]
     (root / "docs").mkdir(parents=True)
     lines = [{"aggregation_weights": {"0": 0.1, "1": 0.9}, "accuracy": 0.5}]
     for path, acc, changes in (
@@ -352,7 +351,7 @@ def test_robustness_records_its_runs_and_renders_the_page_from_the_records_alone
         ("noise/f1/undefended", 0.5, {}),
         ("noise/f3/undefended", 0.6, {"train.rounds": 2}),  # not the cell's experiment: not recorded
     ):
-        _robustness_run(runs / path, "fedavg", 0, acc, lines, fedhet_commit="abc1234", wall_time_s=36.0)
+        _robustness_run(runs / path, "fedavg", 0, acc, lines, fedhet_commits=stretch, wall_time_s=36.0)
         config = _cell_config_toml(by_path[path], "fedavg", 0, **changes)
         (runs / path / "fedavg-seed0" / "config.toml").write_text(config)
     assert main(["robustness", "page", "--out", str(runs), "--root", str(root)]) == 0
@@ -364,13 +363,16 @@ def test_robustness_records_its_runs_and_renders_the_page_from_the_records_alone
     record = json.loads((records / "noise/f1/undefended/fedavg-seed0.json").read_text())
     # the values the table reads, by hand: weight 0.1 (client 0's share), final accuracy 0.5
     assert record["values"]["weight"] == pytest.approx(0.1) and record["values"]["accuracy"] == 0.5
-    assert record["commits"] == ["abc1234"] and record["code"] == reproduce_cells.code_digest("fedavg")
+    assert record["commits"] == ["abc1234"] and record["code"] == method_stamp("fedavg")
     first = (root / robustness.PAGE).read_text()
     assert "| noise/f1 | 0.10 · 50.0 (-30.0) |" in first and "| noise/f3 | – |" in first
     assert "computed at commit(s) abc1234, 0.0 CPU-hours" in first  # 2 × 36 s = 0.02 h
-    # recorded again by a checkout whose code has moved on (it cannot vouch for the runs): the records keep
-    # the digest the computing checkout gave them, so `run` still skips them
-    monkeypatch.setattr(reproduce_cells, "computed_by_this_code", lambda summary, method: False)
+    # the same runs recorded again from summaries that name no stamp (written before stamps): the records
+    # keep the stamp they were written with, so `run` still skips them
+    for path in ("clean/undefended", "noise/f1/undefended"):
+        summary_file = runs / path / "fedavg-seed0" / "summary.json"
+        old = json.loads(summary_file.read_text())
+        summary_file.write_text(json.dumps({**old, "fedhet_commits": [{"commit": "abc1234"}]}))
     assert main(["robustness", "page", "--out", str(runs), "--root", str(root)]) == 0
     assert json.loads((records / "noise/f1/undefended/fedavg-seed0.json").read_text()) == record
 
@@ -398,11 +400,12 @@ def test_a_recorded_study_skips_recorded_seeds_without_its_runs_and_reruns_them_
 ):
     """run_study with records, on a one-cell study (FedAvg, real Fashion-MNIST subset, two rounds): the
     finished run is recorded with the value its table reads; with the runs deleted, a second run makes no
-    run (its seed is recorded by the same code); after a change to the method's code it runs again."""
-    from fedhet.reproduce import cells as reproduce_cells
+    run (its seed is recorded under the same results stamp); after a bump of a module the method reaches it
+    runs again."""
+    import fedhet.algorithms.fedavg as fedavg_module
+    from fedhet.reproduce import store
     from fedhet.studies.base import CompareCell, Study, read_summary, run_study
 
-    monkeypatch.setattr(reproduce_cells, "computed_by_this_code", lambda summary, method: True)
     cell = CompareCell("tiny", "robustness/fmnist-n10", ("fedavg",), {"train.rounds": 2, "eval.every": 1})
     study = Study(
         name="tiny",
@@ -428,11 +431,12 @@ def test_a_recorded_study_skips_recorded_seeds_without_its_runs_and_reruns_them_
     said.clear()
     run_study(study, runs, seeds=1, jobs=2, overrides=tiny, echo=said.append, records=records)
     assert not runs.exists() and said == ["[seed 0] 1 of 1 cells recorded already"]
-    # the method's code changed since the record (its digest differs): that seed runs again
-    monkeypatch.setattr(reproduce_cells, "code_digest", lambda method: "changed-code")
+    assert record["code"] == store.method_stamp("fedavg") and "fedavg=1" in record["code"]
+    # what FedAvg's module computes changed (its version bumped): that seed runs again, in this process
+    monkeypatch.setattr(fedavg_module, "RESULTS_VERSION", fedavg_module.RESULTS_VERSION + 1)
     run_study(study, runs, seeds=1, jobs=1, overrides=tiny, echo=said.append, records=records)
     assert (runs / "tiny" / "fedavg-seed0" / "summary.json").is_file()
-    assert json.loads((records / "tiny" / "fedavg-seed0.json").read_text())["code"] == "changed-code"
+    assert "fedavg=2" in json.loads((records / "tiny" / "fedavg-seed0.json").read_text())["code"]
 
 
 def test_the_gated_fssl_ordering_is_judged_by_paired_seeds():

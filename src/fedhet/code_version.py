@@ -4,6 +4,7 @@ page cite it (``fedhet.report.provenance`` adds the machine)."""
 
 from __future__ import annotations
 
+import functools
 import subprocess
 import sys
 from pathlib import Path
@@ -45,7 +46,8 @@ def commit(where: Path | None = None, paths: tuple[str, ...] = (".",)) -> str:
 CORE_RESULTS_VERSION = 1
 
 
-def algorithm_modules(strategy_class: type) -> list[str]:
+@functools.cache
+def algorithm_modules(strategy_class: type) -> tuple[str, ...]:
     """The ``fedhet.algorithms`` modules that compute a run of ``strategy_class``: those of its strategy and
     trainer class hierarchies and every ``fedhet.algorithms`` module they import, transitively."""
     import ast
@@ -63,7 +65,7 @@ def algorithm_modules(strategy_class: type) -> list[str]:
         for node in ast.walk(ast.parse(source.read_text())):
             if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("fedhet.algorithms."):
                 todo.append(".".join(node.module.split(".")[:3]))
-    return sorted(reached)
+    return tuple(sorted(reached))
 
 
 def results_stamp(strategy_class: type) -> str | None:

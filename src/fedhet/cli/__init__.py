@@ -1,10 +1,10 @@
 """The ``fedhet`` command: datasets, partition, run, compare, report, audit, reproduce, robustness, study,
-methods, experiments.
+records, methods, experiments.
 
 One module per command group, each registering its subcommands and holding what they do: ``data``
 (datasets, partition), ``run``, ``compare``, ``report`` (report, audit), ``reproduce``, ``robustness``,
-``study``, ``catalog`` (methods, experiments); ``common`` holds what they share. ``run`` and ``compare`` parse
-the command line, build the config once and call :mod:`fedhet.api`.
+``study``, ``records``, ``catalog`` (methods, experiments); ``common`` holds what they share. ``run`` and
+``compare`` parse the command line, build the config once and call :mod:`fedhet.api`.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import argparse
 import logging
 import sys
 
-from fedhet.cli import catalog, compare, data, report, reproduce, robustness, run, study
+from fedhet.cli import catalog, compare, data, records, report, reproduce, robustness, run, study
 from fedhet.cli.common import interrupted_line
 from fedhet.errors import CALLER, FedhetError
 
@@ -24,7 +24,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     sub = parser.add_subparsers(dest="command", required=True)
-    for group in (data, run, compare, report, reproduce, robustness, study, catalog):  # `fedhet --help` order
+    # `fedhet --help` order
+    for group in (data, run, compare, report, reproduce, robustness, study, records, catalog):
         group.register(sub)
     return parser
 

@@ -96,7 +96,7 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
         write_page,
         write_results,
     )
-    from fedhet.reproduce.cells import fill_from_records, record_dir, write_record, write_records
+    from fedhet.reproduce.cells import fill_from_records, record_dir, write_records, write_table_record
 
     if args.list or not args.table:
         for name in list_specs():
@@ -141,7 +141,7 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
 
         def record_run(row, base, method: str, seed: int, run_dir: Path) -> None:
             target = record_dir(Path(args.page).parent / "cells", spec, scale.name, row.folder)
-            write_record(
+            write_table_record(
                 spec, target, run_dir, row.name, method, seed, scale=scale.name, command=run_command,
                 machine=machine_line(), rounds=base.train.rounds, clients=base.data.clients,
                 model=base.model.name,

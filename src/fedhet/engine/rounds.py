@@ -34,7 +34,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from fedhet.code_version import commit
+from fedhet.code_version import commit, results_stamp
 from fedhet.config import ExperimentConfig, to_toml
 from fedhet.engine import checkpoint as ckpt
 from fedhet.engine.boundary import accept_descriptions, accept_replies, check_inputs, check_transport
@@ -447,9 +447,11 @@ class RoundLoop:
             if self.warm_start is not None:
                 write_atomic(self.run_dir / WARM_START_FILE, json.dumps(self.warm_start, indent=2))
             write_partition(self.run_dir, self.fed)
-        here = process_commit()
-        if not self.code_commits or self.code_commits[-1]["commit"] != here:
-            self.code_commits.append({"commit": here, "from_round": self.start_round})
+        # a stretch of rounds per commit and results stamp: a record of the run is reused only where every
+        # stretch ran under the stamp of the code at hand (fedhet.reproduce.store)
+        here = {"commit": process_commit(), "results": results_stamp(type(self.strategy))}
+        if not self.code_commits or any(self.code_commits[-1].get(k) != v for k, v in here.items()):
+            self.code_commits.append({**here, "from_round": self.start_round})
         try:
             for listener in self.listeners:
                 listener.start(self.run_dir)

@@ -1,76 +1,27 @@
-"""Cell records: one small JSON file per finished (row, method, seed) of a table, kept beside its result page.
+"""Cell records of the tables: one small JSON file per finished (row, method, seed), kept beside its page.
 
 A result page keeps rows measured in earlier sessions (``--keep-page-rows``), but their runs are gone; their
 records stay (``docs/results/cells/<table>/<scale>/<row>/<method>-seed<k>.json``), so a page's findings are
-judged from every seed ever measured for it, not only from this session's. A record holds the run's summary
-views (final, best, last 10 rounds, last 100 evaluations) of every scalar metric, its rounds, clients and
-model, the commits that computed it, its wall time and the command that made it.
-
-A record also holds what made its number: the run's experiment fingerprint and a digest of the code that
-computes a cell of its method (:func:`code_digest`). ``fedhet reproduce --page`` takes a cell whose record
-matches both from the record instead of running it again (:func:`recorded_summaries`), so a long table
-fills across sessions; a change to the method's code, or to the engine, data or models, runs it again.
+judged from every seed ever measured for it, not only from this session's. A table's record holds the run's
+summary views (final, best, last 10 rounds, last 100 evaluations) of every scalar metric, its rounds,
+clients and model, and the command that made it, beside the provenance every record of the store holds
+(``fedhet.reproduce.store``: experiment fingerprint, results stamp, commits, wall time, machine).
+``fedhet reproduce --page`` takes a cell from its record instead of running it again while the store's one
+rule holds (:func:`fedhet.reproduce.store.is_reusable`), so a long table fills across sessions.
 """
 
 from __future__ import annotations
 
-import ast
-import hashlib
-import json
 import math
-import subprocess
 from collections.abc import Sequence
-from functools import cache
 from pathlib import Path
 from typing import Any
 
-from fedhet.code_version import PACKAGE
 from fedhet.comparison import VIEW_KEYS
 from fedhet.config import ExperimentConfig, load_run_config
+from fedhet.engine.rundir import CONFIG_FILE, SUMMARY_FILE, read_summary, run_name
 from fedhet.reproduce.spec import Spec
-
-#: Parts of the package that cannot change a cell's numbers: the commands, the tables and pages, the
-#: studies, the reports and verdicts, and the Flower adapter (its runs equal the embedded engine's, tested).
-NOT_COMPUTING = ("cli", "reproduce", "studies", "report", "flower", "api.py", "__main__.py", "verdicts.py")
-
-
-def method_code_files(method: str) -> list[Path]:
-    """The source files that compute a cell of ``method``: every module of the package outside
-    :data:`NOT_COMPUTING` and ``algorithms/``, and of ``algorithms/`` the registry, the modules of the
-    method's strategy and trainer class hierarchies and what they import from ``fedhet.algorithms``."""
-    import inspect
-
-    from fedhet.algorithms import strategy_class
-
-    cls = strategy_class(method)
-    classes = [*cls.__mro__, *getattr(cls, "trainer_class", object).__mro__]
-    todo = [Path(inspect.getsourcefile(c)) for c in classes if c.__module__.startswith("fedhet.algorithms")]
-    algorithms = PACKAGE / "algorithms"
-    reached = {algorithms / "__init__.py"}
-    while todo:
-        path = todo.pop()
-        if path in reached:
-            continue
-        reached.add(path)
-        for node in ast.walk(ast.parse(path.read_text())):
-            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("fedhet.algorithms."):
-                todo.append(algorithms / (node.module.split(".")[2] + ".py"))
-    others = [
-        p
-        for p in PACKAGE.rglob("*.py")
-        if p.relative_to(PACKAGE).parts[0] not in (*NOT_COMPUTING, "algorithms")
-    ]
-    return sorted(reached | set(others))
-
-
-@cache
-def code_digest(method: str) -> str:
-    """A short sha256 of :func:`method_code_files` (paths and contents)."""
-    h = hashlib.sha256()
-    for path in method_code_files(method):
-        h.update(str(path.relative_to(PACKAGE)).encode() + b"\0" + path.read_bytes() + b"\0")
-    return h.hexdigest()[:16]
-
+from fedhet.reproduce.store import is_reusable, provenance, read_record, record_path, write_record
 
 VIEWS = tuple(VIEW_KEYS)  # every summary view a table may show
 
@@ -91,18 +42,18 @@ def _scalars(view: dict[str, Any] | None) -> dict[str, float | None]:
 def write_records(
     spec: Spec, results: list[dict[str, Any]], cells_dir: Path, *, scale: str, command: str, machine: str
 ) -> list[Path]:
-    """A record per run of the rows that ran now (read from their summary.json); returns the files written."""
+    """A record per run of the rows that ran now (read from their summary); returns the files written."""
     written = []
-    folders = {row.name: row.folder for row in spec.rows}
+    folders = {spec.row_key(row): row.folder for row in spec.rows}
     for r in results:
         if not (r["available"] and r.get("run_dir")) or r.get("kept"):
             continue
-        target = record_dir(cells_dir, spec, scale, folders.get(r["row"], r["row"]))
+        target = record_dir(cells_dir, spec, scale, folders.get(spec.result_key(r), r["row"]))
         for method in r["methods"]:
             for seed in r["seeds"]:
-                run = Path(r["run_dir"]) / f"{method}-seed{seed}"
+                run = Path(r["run_dir"]) / run_name(method, seed)
                 shape = {key: r.get(key) for key in ("rounds", "clients", "model")}
-                path = write_record(
+                path = write_table_record(
                     spec, target, run, r["row"], method, seed, scale=scale, command=command, machine=machine,
                     **shape,
                 )  # fmt: skip
@@ -111,7 +62,7 @@ def write_records(
     return written
 
 
-def write_record(
+def write_table_record(
     spec: Spec,
     target: Path,
     run: Path,
@@ -128,15 +79,13 @@ def write_record(
 ) -> Path | None:
     """The record of one finished run (``run``: its ``<method>-seed<k>`` folder) in the folder ``target``;
     None when the run has not finished."""
-    source = run / "summary.json"
-    if not source.is_file():
+    if not (run / SUMMARY_FILE).is_file():
         return None
-    summary = json.loads(source.read_text())
-    config = run / "config.toml"
+    summary = read_summary(run)
+    config = run / CONFIG_FILE
+    experiment = load_run_config(config).run_fingerprint() if config.is_file() else None
     record = {
-        # what made the number: taken again from here only while both still hold
-        "experiment": load_run_config(config).run_fingerprint() if config.is_file() else None,
-        "code": code_digest(method) if computed_by_this_code(summary, method) else None,
+        **provenance(summary, experiment=experiment, machine=machine),
         "table": spec.path.stem,
         "scale": scale,
         "row": row,
@@ -146,53 +95,23 @@ def write_record(
         "rounds": rounds,
         "clients": clients,
         "model": model,
-        "commits": [c["commit"] for c in summary.get("fedhet_commits") or [] if c.get("commit")]
-        or [summary.get("fedhet_commit")],
-        "wall_time_s": summary.get("wall_time_s"),
         "command": command,
-        "machine": machine,
     }
-    target.mkdir(parents=True, exist_ok=True)
-    path = target / f"{method}-seed{seed}.json"
-    if record["code"] is None and vouched_for(path, record):
-        return path  # a checkout whose code computed this run wrote it: kept as it is
-    path.write_text(json.dumps(record, indent=1, sort_keys=True) + "\n")
-    return path
-
-
-def computed_by_this_code(summary: dict[str, Any], method: str) -> bool:
-    """Whether the run's numbers come from the code here: every commit its rounds were computed at is clean
-    and holds the same :func:`method_code_files` as this checkout, which has no uncommitted change in them
-    (``git diff``; False outside a git checkout)."""
-    stretches = summary.get("fedhet_commits") or [{"commit": summary.get("fedhet_commit")}]
-    commits = {str(c.get("commit")) for c in stretches}
-    if not commits or any(not c or c == "None" or " " in c or c == "unknown" for c in commits):
-        return False  # not recorded, or computed with uncommitted changes
-    files = [str(p) for p in method_code_files(method)]
-    for against in (*sorted(commits), None):  # each run commit against HEAD, then HEAD against the tree
-        command = ["git", "diff", "--quiet", *([against, "HEAD"] if against else ["HEAD"]), "--", *files]
-        try:
-            if subprocess.run(command, cwd=PACKAGE, capture_output=True).returncode != 0:
-                return False
-        except OSError:
-            return False
-    return True
+    return write_record(record_path(target, method, seed), record)
 
 
 def recorded_summaries(
     cells_dir: Path, spec: Spec, scale: str, row_folder: str, configs: Sequence[ExperimentConfig]
 ) -> dict[tuple[str, int], dict[str, Any]]:
     """(method, seed) -> a summary rebuilt from its record, for each of ``configs`` (one per method and seed,
-    as the run would have it) whose record holds the same experiment and the same code digest."""
+    as the run would have it) whose record the store's rule lets stand for the run."""
     out = {}
     folder = record_dir(cells_dir, spec, scale, row_folder)
     for cfg in configs:
         method, seed = cfg.method.name, cfg.seed
-        path = folder / f"{method}-seed{seed}.json"
-        if not path.is_file():
-            continue
-        record = json.loads(path.read_text())
-        if record.get("experiment") != cfg.run_fingerprint() or record.get("code") != code_digest(method):
+        path = record_path(folder, method, seed)
+        record = read_record(path)
+        if not is_reusable(record, cfg.run_fingerprint(), method):
             continue
         views = record.get("views") or {}
         out[method, seed] = {
@@ -203,20 +122,6 @@ def recorded_summaries(
             "from_record": str(path),
         }
     return out
-
-
-def vouched_for(path: Path, record: dict[str, Any]) -> bool:
-    """Whether ``path`` already holds ``record``'s run (same experiment and commits) with a code digest: the
-    page was written again by a checkout whose code has moved on, which cannot vouch for the run, but the one
-    that wrote the record could."""
-    if not path.is_file():
-        return False
-    try:
-        old = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return False
-    same_run = (old.get("experiment"), old.get("commits")) == (record["experiment"], record["commits"])
-    return bool(old.get("code")) and same_run
 
 
 def fill_from_records(spec: Spec, results: list[dict[str, Any]], cells_dir: Path, *, scale: str) -> None:
@@ -234,7 +139,7 @@ def fill_from_records(spec: Spec, results: list[dict[str, Any]], cells_dir: Path
         for method, values in r["methods"].items():
             per_seed = {}
             for path in sorted(folder.glob(f"{method}-seed*.json")):
-                record = json.loads(path.read_text())
+                record = read_record(path) or {}
                 value = (record.get("views", {}).get(view) or {}).get(metric)
                 per_seed[str(record["seed"])] = None if value is None else factor * value
             if per_seed:

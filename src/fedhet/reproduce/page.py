@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from fedhet.engine.rundir import SUMMARY_FILE, run_name
 from fedhet.errors import ConfigError
 from fedhet.reproduce.claims import findings_section
 from fedhet.reproduce.figures import (
@@ -40,11 +41,11 @@ def cell_provenance(results: list[dict[str, Any]]) -> dict[str, Any]:
             continue
         for m in r["methods"]:
             for seed in r["seeds"]:
-                path = Path(r["run_dir"]) / f"{m}-seed{seed}" / "summary.json"
+                path = Path(r["run_dir"]) / run_name(m, seed) / SUMMARY_FILE
                 summary = (r.get("recorded") or {}).get(m, {}).get(str(seed))
                 from_record = summary is not None
                 if from_record:
-                    path = Path(f"record:{r['run_dir']}/{m}-seed{seed}")
+                    path = Path(f"record:{r['run_dir']}/{run_name(m, seed)}")
                 elif path in seen or not path.is_file():
                     continue
                 else:

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from fedhet.config import ExperimentConfig, apply_override, load_config, parse_set_args
+from fedhet.engine.rundir import run_name
 from fedhet.reproduce.spec import Row, Spec
 
 
@@ -78,6 +79,7 @@ def run_spec(
     cells_dir: Path | None = None,
     measure: bool = True,
     record_run: Callable[[Row, ExperimentConfig, str, int, Path], None] | None = None,
+    planned: list[dict[str, Any]] | None = None,
 ) -> list[dict[str, Any]]:
     """Run the selected rows at ``scale``; one result dict per row with our mean/std and the paper's value
     per method. The scale's overrides come first, ``overrides`` (the user's) after them. ``rows``: the text
@@ -89,7 +91,9 @@ def run_spec(
     and not run; the row's ``recorded`` lists them. With ``measure`` False nothing runs: every row is listed
     as not measured (a page rewritten from the rows it holds, ``--page-only``). ``record_run(row, config,
     method, seed, run_dir)`` is called as each run of a row finishes (its record is written at once: an
-    interrupted table keeps every finished cell even when its runs are lost).
+    interrupted table keeps every finished cell even when its runs are lost). With a list ``planned`` nothing
+    runs either: each row that would run appends what it would take from records and what it would run
+    (``fedhet records``).
     """
     from fedhet.comparison import VIEW_KEYS, aggregate_rows, comparison_configs, run_comparison
     from fedhet.reproduce.cells import recorded_summaries
@@ -156,37 +160,52 @@ def run_spec(
             # the cells without a valid record: every seed of a method that misses one (a sub-grid)
             to_run = [m for m in wanted if any((m, s) not in recorded for s in seed_list)]
             run_seeds = [s for s in seed_list if any((m, s) not in recorded for m in to_run)]
-            ran: dict[str, list[dict[str, Any]]] = {}
-            if to_run:
-                if row.warmstart is not None:  # phase A first
-                    warm = configured(warm_config, row.overrides + overrides)
-                    run_comparison(warm, [warm_method], run_seeds, warm_dir, progress=progress, jobs=jobs)
-                row_dir = out_dir / slug
-                # with record_run, one seed at a time, each recorded as it ends: an interrupted table loses
-                # at most the seed in flight (run_comparison returns only when all its runs are done)
-                batches = [[s] for s in run_seeds] if record_run is not None else [run_seeds]
-                for batch in batches:
-                    got = run_comparison(
-                        base,
-                        to_run,
-                        batch,
-                        row_dir,
-                        method_params=params,
-                        progress=progress,
-                        jobs=jobs,
-                    )
-                    for m, runs in got.items():
-                        ran.setdefault(m, []).extend(runs)
-                        for seed in batch if record_run is not None else []:
-                            record_run(row, base, m, seed, row_dir / f"{m}-seed{seed}")
-            summaries = {
-                m: [
-                    ran[m][run_seeds.index(s)] if m in ran and s in run_seeds else recorded[m, s]
-                    for s in seed_list
-                ]
-                for m in wanted
-            }
-            done[key] = ({r["method"]: r for r in aggregate_rows(summaries)}, out_dir / slug, summaries)
+            if planned is not None:  # what would run, and nothing runs
+                planned.append(
+                    {
+                        "rows": [],  # every row these runs serve (rows sharing runs: below)
+                        "folder": row.folder,
+                        "recorded": sorted(recorded),
+                        "to_run": [(m, s) for m in to_run for s in run_seeds],
+                        "warm_start": row.warmstart is not None and bool(to_run),
+                    }
+                )
+                done[key] = (planned[-1], out_dir / slug, None)
+            else:
+                ran: dict[str, list[dict[str, Any]]] = {}
+                if to_run:
+                    if row.warmstart is not None:  # phase A first
+                        warm = configured(warm_config, row.overrides + overrides)
+                        run_comparison(warm, [warm_method], run_seeds, warm_dir, progress=progress, jobs=jobs)
+                    row_dir = out_dir / slug
+                    # with record_run, one seed at a time, each recorded as it ends: an interrupted table
+                    # loses at most the seed in flight (run_comparison returns when all its runs are done)
+                    batches = [[s] for s in run_seeds] if record_run is not None else [run_seeds]
+                    for batch in batches:
+                        got = run_comparison(
+                            base,
+                            to_run,
+                            batch,
+                            row_dir,
+                            method_params=params,
+                            progress=progress,
+                            jobs=jobs,
+                        )
+                        for m, runs in got.items():
+                            ran.setdefault(m, []).extend(runs)
+                            for seed in batch if record_run is not None else []:
+                                record_run(row, base, m, seed, row_dir / run_name(m, seed))
+                summaries = {
+                    m: [
+                        ran[m][run_seeds.index(s)] if m in ran and s in run_seeds else recorded[m, s]
+                        for s in seed_list
+                    ]
+                    for m in wanted
+                }
+                done[key] = ({r["method"]: r for r in aggregate_rows(summaries)}, out_dir / slug, summaries)
+        if planned is not None:
+            done[key][0]["rows"].append(row)
+            continue
         agg, run_dir, per_run = done[key]
         entry.update(
             {

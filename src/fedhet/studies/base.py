@@ -6,16 +6,15 @@ reproduction's runs to explain its gaps. Each study module defines ``STUDY``; ``
 runs it. A study that makes runs lists them as :class:`CompareCell` s, each run by :func:`fedhet.compare`
 into ``OUT/<cell path>``: finished cells are reused, so an interrupted ``run`` resumes where it stopped.
 
-A study that names ``record`` keeps each finished run as a small JSON record beside its page
-(``docs/results/cells/<study>/<cell path>/<method>-seed<k>.json``: the values its table reads, the run's
-experiment fingerprint, the digest of the code that computed it, its commits and wall time). Runs are
-scratch; records are committed, so a long study fills across sessions: ``run`` skips a seed whose records
-hold the same experiment and the same code, and the page is rendered from the records.
+A study that names ``record`` keeps each finished run as a small JSON record beside its page, in the one
+record store of the tables (``fedhet.reproduce.store``; ``docs/results/cells/<study>/<cell path>/
+<method>-seed<k>.json``: the values its table reads and the store's provenance). Runs are scratch; records
+are committed, so a long study fills across sessions: ``run`` skips a seed whose records the store's one rule
+lets stand for its runs, and the page is rendered from the records.
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -184,27 +183,21 @@ def cell_fingerprints(cell: CompareCell, seed: int, overrides: Mapping[str, Any]
 
 
 def record_path(records: Path, cell: CompareCell, method: str, seed: int) -> Path:
-    return records / cell.path / f"{method}-seed{seed}.json"
+    from fedhet.reproduce import store
 
-
-def read_record(path: Path) -> dict[str, Any] | None:
-    try:
-        return json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None
+    return store.record_path(records / cell.path, method, seed)
 
 
 def is_recorded(records: Path, cell: CompareCell, seed: int, overrides: Mapping[str, Any]) -> bool:
-    """Whether every method of the cell has a record at ``seed`` of the same experiment, computed by the
-    same code as this checkout's (a change to the method's code, or the engine's, runs it again)."""
-    from fedhet.reproduce.cells import code_digest
+    """Whether every method of the cell has a record at ``seed`` that the store's one rule lets stand for its
+    run (the same experiment, computed under the results stamp of the code at hand)."""
+    from fedhet.reproduce.store import is_reusable, read_record
 
     prints = cell_fingerprints(cell, seed, overrides)
-    for method in cell.methods:
-        record = read_record(record_path(records, cell, method, seed)) or {}
-        if (record.get("experiment"), record.get("code")) != (prints[method], code_digest(method)):
-            return False
-    return True
+    return all(
+        is_reusable(read_record(record_path(records, cell, method, seed)), prints[method], method)
+        for method in cell.methods
+    )
 
 
 def write_cell_records(
@@ -218,38 +211,27 @@ def write_cell_records(
     """A record of each finished run of ``cell`` at ``seeds`` in ``out`` (see the module docstring); a run
     whose config is not the cell's (another scale, an older definition) is not recorded."""
     from fedhet.config import load_run_config
+    from fedhet.engine.rundir import CONFIG_FILE, SUMMARY_FILE, run_name
     from fedhet.report.provenance import machine_line
-    from fedhet.reproduce.cells import code_digest, computed_by_this_code, vouched_for
+    from fedhet.reproduce.store import provenance, write_record
 
     written = []
     for seed in seeds:
         prints = cell_fingerprints(cell, seed, overrides or {})
         for method in cell.methods:
-            run = out / cell.path / f"{method}-seed{seed}"
-            if not ((run / "summary.json").is_file() and (run / "config.toml").is_file()):
+            run = out / cell.path / run_name(method, seed)
+            if not ((run / SUMMARY_FILE).is_file() and (run / CONFIG_FILE).is_file()):
                 continue
-            if load_run_config(run / "config.toml").run_fingerprint() != prints[method]:
+            if load_run_config(run / CONFIG_FILE).run_fingerprint() != prints[method]:
                 continue
-            summary = read_summary(run)
-            commits = [c["commit"] for c in summary.get("fedhet_commits") or [] if c.get("commit")]
             record = {
                 "cell": cell.path,
                 "method": method,
                 "seed": seed,
                 "values": values(cell, run, method),
-                # what made the values: the run is taken from here again only while both still hold
-                "experiment": prints[method],
-                "code": code_digest(method) if computed_by_this_code(summary, method) else None,
-                "commits": commits or [summary.get("fedhet_commit")],
-                "wall_time_s": summary.get("wall_time_s"),
-                "machine": machine_line(),
+                **provenance(read_summary(run), experiment=prints[method], machine=machine_line()),
             }
-            path = record_path(records, cell, method, seed)
-            written.append(path)
-            if record["code"] is None and vouched_for(path, record):
-                continue  # recorded by a checkout whose code computed the run: kept, digest and all
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(json.dumps(record, sort_keys=True) + "\n")
+            written.append(write_record(record_path(records, cell, method, seed), record, compact=True))
     return written
 
 
@@ -258,10 +240,12 @@ def recorded_runs(
 ) -> list[dict[str, Any]]:
     """The records of ``cell``'s runs of ``method`` that hold the cell's experiment as it is defined now (from
     any code: a page says which commits computed them), in seed order."""
+    from fedhet.reproduce import store
+
     found = []
     folder = records / cell.path
     for path in sorted(folder.glob(f"{method}-seed*.json")) if folder.is_dir() else []:
-        record = read_record(path)
+        record = store.read_record(path)
         if not record:
             continue
         if record.get("experiment") == cell_fingerprints(cell, record["seed"], overrides or {})[method]:
