@@ -475,6 +475,19 @@ def test_a_two_phase_table_runs_its_warm_start_first_and_prints_its_gates(tmp_pa
     ok = all(g[0] == "pass" for g in gates)
     assert ("the ordering as a whole **not resolved** at 1 seed(s)" in text) == ok
     assert ("a validity gate failed" in text) == (not ok)
+    # the gates live in the records: GPL's record holds the mean over rounds of its unlabeled fraction used
+    # (by hand from its metrics lines), and with the runs gone the page re-rendered from its records alone
+    # prints the same gates
+    lines = (run_dir / "fixmatch-gpl-seed0" / "metrics.jsonl").read_text().splitlines()
+    fractions = [json.loads(ln)["unlabeled_used_fraction"] for ln in lines if "unlabeled_used_fraction" in ln]
+    record = json.loads(next((page.parent / "cells").rglob("fixmatch-gpl-seed0.json")).read_text())
+    assert record["round_means"]["unlabeled_used_fraction"] == pytest.approx(sum(fractions) / len(fractions))
+    import shutil
+
+    shutil.rmtree(out)
+    assert main(["reproduce", "proxyfl-gated", "--scale", "quick", "--page", str(page), "--page-only",
+                 "--quiet"]) == 0  # fmt: skip
+    assert re.findall(r"^- \[(pass|FAIL)\] (.+)$", page.read_text(), flags=re.M) == gates
 
 
 def _two_seed_digits_table(tmp_path: Path) -> tuple[Path, list[str]]:

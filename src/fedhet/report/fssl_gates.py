@@ -29,6 +29,10 @@ NAMES = {
 }
 
 
+#: The per-round metric of the fraction of unlabeled samples whose pseudo-label passed the mask.
+USED_KEY = "unlabeled_used_fraction"
+
+
 @dataclass
 class GateReport:
     """Per-method accuracies, the gates (text, passed) and each step of the ordering (text, verdict)."""
@@ -63,9 +67,27 @@ def read_fssl_runs(compare_dir: Path) -> tuple[dict[str, dict[int, float]], dict
         method, seed = summary["method"], int(summary["seed"])
         acc.setdefault(method, {})[seed] = 100 * float(summary["last"]["accuracy"])
         lines = read_metrics(run)
-        fractions = [ln["unlabeled_used_fraction"] for ln in lines if "unlabeled_used_fraction" in ln]
+        fractions = [ln[USED_KEY] for ln in lines if USED_KEY in ln]
         if fractions:
             used.setdefault(method, {})[seed] = float(np.mean(fractions))
+    return acc, used
+
+
+def fssl_inputs_from_records(
+    records: list[dict],
+) -> tuple[dict[str, dict[int, float]], dict[str, dict[int, float]]]:
+    """What :func:`read_fssl_runs` reads from runs, from their cell records (``fedhet.reproduce.cells``): the
+    ``last`` view's accuracy (%) and the mean over rounds of the unlabeled fraction used (``round_means``)."""
+    acc: dict[str, dict[int, float]] = {}
+    used: dict[str, dict[int, float]] = {}
+    for record in records:
+        method, seed = record["method"], int(record["seed"])
+        last = (record.get("views") or {}).get("last") or {}
+        if last.get("accuracy") is not None:
+            acc.setdefault(method, {})[seed] = 100 * float(last["accuracy"])
+        fraction = (record.get("round_means") or {}).get(USED_KEY)
+        if fraction is not None:
+            used.setdefault(method, {})[seed] = float(fraction)
     return acc, used
 
 

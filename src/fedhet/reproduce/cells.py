@@ -19,11 +19,14 @@ from typing import Any
 
 from fedhet.comparison import VIEW_KEYS
 from fedhet.config import ExperimentConfig, load_run_config
-from fedhet.engine.rundir import CONFIG_FILE, SUMMARY_FILE, read_summary, run_name
+from fedhet.engine.rundir import CONFIG_FILE, SUMMARY_FILE, read_metrics, read_summary, run_name
 from fedhet.reproduce.spec import Spec
 from fedhet.reproduce.store import is_reusable, provenance, read_record, record_path, write_record
 
 VIEWS = tuple(VIEW_KEYS)  # every summary view a table may show
+#: Per-round metrics a page reads beyond the summary views (the validity gates of a semi-supervised table),
+#: kept in a record as their mean over the rounds that report them.
+ROUND_MEANS = ("unlabeled_used_fraction",)
 
 
 def record_dir(cells_dir: Path, spec: Spec, scale: str, row_folder: str) -> Path:
@@ -82,6 +85,12 @@ def write_table_record(
     if not (run / SUMMARY_FILE).is_file():
         return None
     summary = read_summary(run)
+    lines = read_metrics(run, missing_ok=True)
+    round_means = {
+        key: float(sum(values) / len(values))
+        for key in ROUND_MEANS
+        if (values := [ln[key] for ln in lines if isinstance(ln.get(key), int | float)])
+    }
     config = run / CONFIG_FILE
     experiment = load_run_config(config).run_fingerprint() if config.is_file() else None
     record = {
@@ -92,6 +101,7 @@ def write_table_record(
         "method": method,
         "seed": seed,
         "views": {view: _scalars(summary.get(view)) for view in VIEWS},
+        **({"round_means": round_means} if round_means else {}),
         "rounds": rounds,
         "clients": clients,
         "model": model,
@@ -133,6 +143,7 @@ def fill_from_records(spec: Spec, results: list[dict[str, Any]], cells_dir: Path
         if row is None or (r["available"] and r.get("run_dir")):
             continue
         folder = record_dir(cells_dir, spec, scale, row.folder)
+        r["records_dir"] = str(folder)
         metric = r.get("metric") or spec.metric
         view = r.get("view") or row.view or spec.view
         factor = row.scale if row.scale is not None else spec.scale

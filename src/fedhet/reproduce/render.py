@@ -126,29 +126,47 @@ def render_markdown(
 GATES_HEADING = "### Validity gates: "
 
 
+def row_records(result: dict[str, Any]) -> list[dict[str, Any]]:
+    """The cell records of a row's methods at its seeds (none where the row names no records folder)."""
+    from fedhet.reproduce.store import read_record
+
+    folder = result.get("records_dir")
+    if not folder or not Path(folder).is_dir():
+        return []
+    seeds = {str(s) for s in result.get("seeds") or []}
+    seeds |= {s for values in result["methods"].values() for s in (values.get("per_seed") or {})}
+    found = [read_record(p) for p in sorted(Path(folder).glob("*-seed*.json"))]
+    return [r for r in found if r and r.get("method") in result["methods"] and str(r.get("seed")) in seeds]
+
+
 def gates_section(spec: Spec, results: list[dict[str, Any]]) -> list[str]:
-    """The table's validity gates per row that ran (``gates = "fssl"``), read from the row's runs; a row kept
-    from the page as it was keeps its gates as printed (they need the runs' per-round unlabeled-use figures,
-    which its cell records do not hold). Rows that share a name (and their runs) print them once."""
+    """The table's validity gates per measured row (``gates = "fssl"``), from the row's cell records where
+    they hold the per-round unlabeled-use figures (``round_means``), else from its runs; a row kept from the
+    page whose records lack those figures (recorded before records kept them) keeps its gates as printed.
+    Rows that share a name (and their runs) print them once."""
     if spec.gates != "fssl":
         return []
-    from fedhet.report.fssl_gates import fssl_gates, gates_markdown, read_fssl_runs
+    from fedhet.report.fssl_gates import fssl_gates, fssl_inputs_from_records, gates_markdown, read_fssl_runs
 
     lines: list[str] = []
     done: set[str] = set()
     for r in results:
         if r["row"] in done:
             continue
-        if (r.get("kept") or {}).get("gates"):
+        records = row_records(r)
+        if not any("round_means" in record for record in records):
+            records = []
+        if not records and (r.get("kept") or {}).get("gates"):
             done.add(r["row"])
             lines += ["", *r["kept"]["gates"]]
             continue
-        if not r["available"] or not r.get("run_dir"):
+        if not records and (not r["available"] or not r.get("run_dir")):
             continue
         done.add(r["row"])
         lines += ["", f"{GATES_HEADING}{r['row']}", ""]
         try:
-            lines.append(gates_markdown(fssl_gates(*read_fssl_runs(Path(r["run_dir"])))).rstrip())
+            inputs = fssl_inputs_from_records(records) if records else read_fssl_runs(Path(r["run_dir"]))
+            lines.append(gates_markdown(fssl_gates(*inputs)).rstrip())
         except ValueError as exc:  # a run of only some methods (--methods): the gates need all five
             lines.append(f"Not computed: {exc}.")
     return lines

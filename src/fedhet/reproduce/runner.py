@@ -96,7 +96,7 @@ def run_spec(
     (``fedhet records``).
     """
     from fedhet.comparison import VIEW_KEYS, aggregate_rows, comparison_configs, run_comparison
-    from fedhet.reproduce.cells import recorded_summaries
+    from fedhet.reproduce.cells import record_dir, recorded_summaries
 
     chosen = spec.at_scale(scale)
     wanted_rows = [rows] if isinstance(rows, str) else list(rows or [])  # a row matching any is run
@@ -214,6 +214,10 @@ def run_spec(
                 "clients": base.data.clients,
                 "model": base.model.name,
                 "run_dir": str(run_dir),
+                # the row's cell records (read for what a page shows beyond the table: validity gates)
+                "records_dir": None
+                if cells_dir is None
+                else str(record_dir(cells_dir, spec, scale, row.folder)),
                 # method -> seed -> the wall time and commits of a cell taken from its record, not run now
                 "recorded": {
                     m: {
