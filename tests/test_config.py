@@ -115,3 +115,22 @@ def test_a_config_that_is_not_utf8_or_is_a_directory_is_a_clear_error(tmp_path):
     (tmp_path / "dir.toml").mkdir()
     with pytest.raises(ConfigError, match="dir.toml is a directory"):
         load_config(tmp_path / "dir.toml")
+
+
+def test_overrides_are_applied_in_order_and_the_config_is_validated_once(monkeypatch):
+    """A command line's flags and --set values build the config once (not once per value); a later value of
+    the same key wins, and a bad one is still refused by name."""
+    import fedhet.config as config_module
+
+    built = []
+    real = config_module.from_dict
+    monkeypatch.setattr(config_module, "from_dict", lambda raw: built.append(1) or real(raw))
+    cfg = ExperimentConfig()
+    config_module.apply_overrides(
+        cfg, [("train.rounds", "5"), ("data.split_params.alpha", "0.3"), ("train.rounds", 7), ("seed", 2)]
+    )
+    assert len(built) == 1
+    assert (cfg.train.rounds, cfg.data.split_params, cfg.seed) == (7, {"alpha": 0.3}, 2)
+    with pytest.raises(ConfigError, match="unknown key 'roundz' in \\[train\\]"):
+        config_module.apply_overrides(cfg, [("train.lr", "0.05"), ("train.roundz", "3")])
+    assert cfg.train.lr == 0.1  # nothing applied from a refused line

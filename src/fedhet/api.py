@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from fedhet.config import ExperimentConfig, apply_override, from_dict, load_config, load_run_config
+from fedhet.config import ExperimentConfig, apply_overrides, from_dict, load_config, load_run_config
 from fedhet.engine.rundir import CONFIG_FILE, read_metrics
 from fedhet.errors import ConfigError
 
@@ -129,9 +129,10 @@ def as_config(config: ConfigLike, overrides: Mapping[str, Any] | None = None) ->
             f"config must be a path, an experiment name, an ExperimentConfig or a dict, not "
             f"{type(config).__name__}"
         )
-    for dotted, value in (overrides or {}).items():
-        # strings are taken as given (a TOML literal would turn "1e-3" into a float, "true" into a bool)
-        apply_override(cfg, dotted, json.dumps(value) if isinstance(value, str) else value)
+    # strings are taken as given (a TOML literal would turn "1e-3" into a float, "true" into a bool)
+    given = [(k, json.dumps(v) if isinstance(v, str) else v) for k, v in (overrides or {}).items()]
+    if given:
+        apply_overrides(cfg, given)
     return cfg
 
 

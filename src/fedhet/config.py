@@ -16,6 +16,7 @@ import dataclasses
 import hashlib
 import json
 import tomllib
+from collections.abc import Iterable
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
@@ -58,6 +59,7 @@ __all__ = [
     "ModelConfig",
     "TrainConfig",
     "apply_override",
+    "apply_overrides",
     "describe_experiment",
     "experiment_names",
     "from_dict",
@@ -319,8 +321,22 @@ def parse_value(text: str) -> Any:
 
 def apply_override(cfg: ExperimentConfig, dotted: str, value: Any) -> None:
     """Set ``section.key[.subkey]`` to ``value`` in place, validating the result."""
-    if isinstance(value, str):
-        value = parse_value(value)
+    apply_overrides(cfg, [(dotted, value)])
+
+
+def apply_overrides(cfg: ExperimentConfig, overrides: Iterable[tuple[str, Any]]) -> None:
+    """Set each ``section.key[.subkey]`` to its value in order (a later one wins), in place, and validate the
+    result once: the config is built a single time however many flags and ``--set`` a command line has."""
+    raw = cfg.to_dict()
+    for dotted, value in overrides:
+        _set_raw(raw, dotted, parse_value(value) if isinstance(value, str) else value)
+    new = from_dict(raw)
+    for f in fields(ExperimentConfig):
+        setattr(cfg, f.name, getattr(new, f.name))
+
+
+def _set_raw(raw: dict[str, Any], dotted: str, value: Any) -> None:
+    """``raw[section][key]...`` = ``value``, refusing unknown keys and sections (values are checked later)."""
     parts = dotted.split(".")
     if len(parts) == 1:
         if parts[0] not in TOP_LEVEL:
@@ -328,34 +344,27 @@ def apply_override(cfg: ExperimentConfig, dotted: str, value: Any) -> None:
                 f"unknown key {dotted!r}; use section.key with a section in {sorted(SECTIONS)} "
                 f"or one of {sorted(TOP_LEVEL)}"
             )
-        raw = cfg.to_dict()
         raw[parts[0]] = value
-        new = from_dict(raw)
-    else:
-        sec, key, *rest = parts
-        if sec not in SECTIONS:
-            raise ConfigError(f"unknown section {sec!r} in {dotted!r}; accepted: {sorted(SECTIONS)}")
-        raw = cfg.to_dict()
-        if rest:
-            table = raw[sec].get(key)
-            if not isinstance(table, dict):
-                raise ConfigError(f"{sec}.{key} is not a table; cannot set {dotted}")
-            node = table
-            for depth, part in enumerate(rest[:-1]):
-                node = node.setdefault(part, {})
-                if not isinstance(node, dict):
-                    inner = ".".join([sec, key, *rest[: depth + 1]])
-                    raise ConfigError(f"{inner} is {node!r}, not a table; cannot set {dotted}")
-            node[rest[-1]] = value
-        else:
-            if key not in raw[sec]:
-                raise ConfigError(
-                    f"unknown key {key!r} in [{sec}] (from {dotted!r}); accepted: {sorted(raw[sec])}"
-                )
-            raw[sec][key] = value
-        new = from_dict(raw)
-    for f in fields(ExperimentConfig):
-        setattr(cfg, f.name, getattr(new, f.name))
+        return
+    sec, key, *rest = parts
+    if sec not in SECTIONS:
+        raise ConfigError(f"unknown section {sec!r} in {dotted!r}; accepted: {sorted(SECTIONS)}")
+    if not rest:
+        if key not in raw[sec]:
+            accepted = sorted(raw[sec])
+            raise ConfigError(f"unknown key {key!r} in [{sec}] (from {dotted!r}); accepted: {accepted}")
+        raw[sec][key] = value
+        return
+    table = raw[sec].get(key)
+    if not isinstance(table, dict):
+        raise ConfigError(f"{sec}.{key} is not a table; cannot set {dotted}")
+    node = table
+    for depth, part in enumerate(rest[:-1]):
+        node = node.setdefault(part, {})
+        if not isinstance(node, dict):
+            inner = ".".join([sec, key, *rest[: depth + 1]])
+            raise ConfigError(f"{inner} is {node!r}, not a table; cannot set {dotted}")
+    node[rest[-1]] = value
 
 
 def parse_set_args(items: list[str]) -> list[tuple[str, str]]:

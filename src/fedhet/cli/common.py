@@ -58,17 +58,15 @@ def add_experiment_args(p: argparse.ArgumentParser, *, with_method: bool = True)
 
 def build_config(args: argparse.Namespace, skip: tuple[str, ...] = ()) -> Any:
     """The experiment config of a command line: its TOML file (or the defaults), the flags, then --set."""
-    from fedhet.config import ExperimentConfig, apply_override, load_config, parse_set_args
+    from fedhet.config import ExperimentConfig, apply_overrides, load_config, parse_set_args
 
     cfg = load_config(args.config) if args.config else ExperimentConfig()
-    for attr, dotted in SHORTCUTS.items():
-        if attr in skip:
-            continue
-        value = getattr(args, attr, None)
-        if value is not None:
-            apply_override(cfg, dotted, value if not isinstance(value, str) else json.dumps(value))
-    for key, value in parse_set_args(args.set):
-        apply_override(cfg, key, value)
+    flags = [
+        (dotted, value if not isinstance(value, str) else json.dumps(value))
+        for attr, dotted in SHORTCUTS.items()
+        if attr not in skip and (value := getattr(args, attr, None)) is not None
+    ]
+    apply_overrides(cfg, [*flags, *parse_set_args(args.set)])  # built and validated once
     return cfg
 
 
