@@ -61,7 +61,8 @@ def test_the_results_index_renders_again_byte_for_byte(tmp_path):
 
 
 def test_the_robustness_page_renders_again_from_its_records_byte_for_byte():
-    from fedhet.studies.robustness import PAGE, RECORDS, collect, page
+    from fedhet.studies.robustness import PAGE, RECORDS, collect
+    from fedhet.studies.robustness_page import page
 
     root = RESULTS.parents[1]
     records = root / RECORDS

@@ -41,7 +41,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 def cmd_robustness(args: argparse.Namespace) -> int:
     from fedhet.errors import ConfigError
     from fedhet.studies import get_study, run_study
-    from fedhet.studies.robustness import RECORDS, write_page
+    from fedhet.studies.robustness import RECORDS
+    from fedhet.studies.robustness_page import write_page
 
     root = args.root or Path(__file__).resolve().parents[3]
     if not (root / "docs").is_dir():
