@@ -30,8 +30,11 @@ data:
 	  fi; \
 	fi
 
+# Two worker processes (pytest-xdist), one torch thread each: the suite is full of subprocesses and servers
+# that wait, so two workers on two cores take about half the time of one. Tests sharing a session fixture
+# carry the same xdist_group and run in one worker.
 test: setup
-	$(PY) -m pytest tests
+	$(PY) -m pytest tests -n 2 --dist loadgroup
 	@$(MAKE) --no-print-directory test-numerics
 
 # The numeric-equivalence tests (marker `numerics`: two implementations within a justified tolerance, or one

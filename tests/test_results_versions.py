@@ -56,6 +56,7 @@ def differences(now: dict, then: dict) -> list[str]:
     return out
 
 
+@pytest.mark.xdist_group("every-method-run")  # one worker runs the shared subprocess once
 def test_golden_runs_compute_what_their_stamps_recorded(every_method_run):
     assert every_method_run.returncode == 0, every_method_run.stderr[-3000:]
     now = parse_done(every_method_run.stdout)
