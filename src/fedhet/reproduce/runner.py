@@ -95,7 +95,7 @@ def run_spec(
     runs either: each row that would run appends what it would take from records and what it would run
     (``fedhet records``).
     """
-    from fedhet.comparison import VIEW_KEYS, aggregate_rows, comparison_configs, run_comparison
+    from fedhet.comparison import VIEW_KEYS, aggregate_rows, comparison_configs
     from fedhet.reproduce.cells import record_dir, recorded_summaries
 
     chosen = spec.at_scale(scale)
@@ -172,29 +172,13 @@ def run_spec(
                 )
                 done[key] = (planned[-1], out_dir / slug, None)
             else:
-                ran: dict[str, list[dict[str, Any]]] = {}
-                if to_run:
-                    if row.warmstart is not None:  # phase A first
-                        warm = configured(warm_config, row.overrides + overrides)
-                        run_comparison(warm, [warm_method], run_seeds, warm_dir, progress=progress, jobs=jobs)
-                    row_dir = out_dir / slug
-                    # with record_run, one seed at a time, each recorded as it ends: an interrupted table
-                    # loses at most the seed in flight (run_comparison returns when all its runs are done)
-                    batches = [[s] for s in run_seeds] if record_run is not None else [run_seeds]
-                    for batch in batches:
-                        got = run_comparison(
-                            base,
-                            to_run,
-                            batch,
-                            row_dir,
-                            method_params=params,
-                            progress=progress,
-                            jobs=jobs,
-                        )
-                        for m, runs in got.items():
-                            ran.setdefault(m, []).extend(runs)
-                            for seed in batch if record_run is not None else []:
-                                record_run(row, base, m, seed, row_dir / run_name(m, seed))
+                warm = None
+                if to_run and row.warmstart is not None:  # phase A first
+                    warm = (configured(warm_config, row.overrides + overrides), warm_method, warm_dir)
+                ran = _run_cells(
+                    row, base, to_run, run_seeds, out_dir / slug, params, warm,
+                    progress=progress, jobs=jobs, record_run=record_run,
+                )  # fmt: skip
                 summaries = {
                     m: [
                         ran[m][run_seeds.index(s)] if m in ran and s in run_seeds else recorded[m, s]
@@ -247,3 +231,39 @@ def run_spec(
             }
         results.append(entry)
     return results
+
+
+def _run_cells(
+    row: Row,
+    base: ExperimentConfig,
+    methods: list[str],
+    seeds: list[int],
+    row_dir: Path,
+    params: dict[str, dict[str, Any]],
+    warm: tuple[ExperimentConfig, str, Path] | None,
+    *,
+    progress: Any,
+    jobs: int,
+    record_run: Callable[[Row, ExperimentConfig, str, int, Path], None] | None,
+) -> dict[str, list[dict[str, Any]]]:
+    """Run a row's ``methods`` × ``seeds`` into ``row_dir`` (after phase A, ``warm``: its config, method and
+    folder); method -> the run summaries in seed order. With ``record_run``, one seed at a time, each recorded
+    as it ends: an interrupted table loses at most the seed in flight (run_comparison returns when all its
+    runs are done)."""
+    from fedhet.comparison import run_comparison
+
+    ran: dict[str, list[dict[str, Any]]] = {}
+    if not methods:
+        return ran
+    if warm is not None:
+        warm_config, warm_method, warm_dir = warm
+        run_comparison(warm_config, [warm_method], seeds, warm_dir, progress=progress, jobs=jobs)
+    for batch in [[s] for s in seeds] if record_run is not None else [seeds]:
+        got = run_comparison(
+            base, methods, batch, row_dir, method_params=params, progress=progress, jobs=jobs
+        )
+        for m, runs in got.items():
+            ran.setdefault(m, []).extend(runs)
+            for seed in batch if record_run is not None else []:
+                record_run(row, base, m, seed, row_dir / run_name(m, seed))
+    return ran
