@@ -47,7 +47,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--no-records",
         action="store_true",
         help="with --page: run every cell, even one whose record under the page's cells/ still holds (same "
-        "experiment, same method code)",
+        "experiment, same results stamp: `fedhet records`)",
     )
     p.add_argument("--jobs", type=int, default=1, help="worker processes (as in `fedhet compare`)")
     p.add_argument("--methods", help="run only these methods (comma-separated)")

@@ -5,9 +5,9 @@
 
 The cells are those of ``fedhet study robustness`` (:mod:`fedhet.studies.robustness`). Each finished run is
 recorded under docs/results/cells/robustness/ of the checkout (or ``--root``); ``run`` skips the seeds
-recorded there by the same code, so the table fills across sessions even when the runs are gone. ``page``
-records the finished runs of ``--out`` and writes docs/results/robustness.md and docs/figures/robustness.png
-from the records.
+recorded there under the same results stamp, so the table fills across sessions even when the runs are
+gone. ``page`` records the finished runs of ``--out`` and writes docs/results/robustness.md and
+docs/figures/robustness.png from the records.
 """
 
 from __future__ import annotations

@@ -450,8 +450,10 @@ def write_index(pages_dir: Path) -> Path:
         "",
         "Each finished cell (one method, one seed) is kept as a small record under `cells/NAME/` as soon as "
         "its seed ends: a later `--page` run takes every cell whose record holds the same experiment and "
-        "code from it instead of running it again, so a long table fills over several sittings and its "
-        "findings are judged from every seed ever recorded. The robustness table "
+        "results stamp from it instead of running it again, so a long table fills over several sittings and "
+        "its findings are judged from every seed ever recorded ([when a record is reused]"
+        "(../reliability.md#when-a-record-is-reused); `fedhet records` says, per page, how many cells the "
+        "code at hand takes from records and how many it would run). The robustness table "
         "([robustness.md](robustness.md), `fedhet robustness run`) keeps its runs the same way, under "
         "`cells/robustness/`.",
         "",
