@@ -23,6 +23,7 @@ from fedhet.data.datasets.catalog import DATASET_NAMES, USER_FORMATS
 from fedhet.data.datasets.dataset import Dataset, to_tensor
 from fedhet.data.datasets.loading import dataset_status, load_dataset
 from fedhet.data.datasets.locations import shared_data_file
+from fedhet.data.datasets.tables import from_table
 
 # The live registry of user data sets: the simulation asks it whether a name is registered.
 from fedhet.data.datasets.user_data import _REGISTERED as _REGISTERED
@@ -35,6 +36,7 @@ __all__ = [
     "cache_root",
     "dataset_status",
     "from_arrays",
+    "from_table",
     "load_dataset",
     "load_local_data",
     "register_dataset",
