@@ -90,6 +90,68 @@ def test_missing_numbers_are_refused_naming_the_column_rows_and_fix():
         encode_table(train, train, label="y")
 
 
+@pytest.mark.parametrize("marker", ["", "NA", "N/A", "n/a", "NaN", "nan", "null", "NULL", "None", "?", "-"])
+def test_every_usual_missing_marker_is_missing_not_a_category(marker):
+    """A numeric column with one marker cell is refused (it used to become one-hot text: 36 % accuracy, exit
+    0); in a column of categories the marker is the (missing) category."""
+    train = {
+        "a": np.array(["1.5", marker, "3"], dtype=object),
+        "kind": np.array(["x", marker, "y"], dtype=object),
+        "label": np.array([0, 1, 0], dtype=object),
+    }
+    with pytest.raises(
+        DataError, match=r"column 'a' has 1 missing or non-finite value\(s\) in train \(rows 1\)"
+    ):
+        encode_table(train, train, label="label")
+    encoded = encode_table(
+        {**train, "a": np.array(["1.5", "2", "3"], dtype=object)},
+        train | {"a": np.array(["1", "2", "3"], dtype=object)},
+        label="label",
+    )
+    assert encoded.feature_names == ("a", "kind=(missing)", "kind=x", "kind=y")
+
+
+def test_missing_values_are_refused_for_every_column_with_counts_per_site_from_csv_files(tmp_path):
+    """One CSV per site, "NA" in two columns: one refusal naming both columns, their rows and how many per
+    site (by hand: column b has 2 at north, 1 at south)."""
+    (tmp_path / "train").mkdir()
+    (tmp_path / "train" / "north.csv").write_text("a,b,label\n1,NA,0\n2,NA,1\n3,4,0\n")
+    (tmp_path / "train" / "south.csv").write_text("a,b,label\nn/a,NA,1\n5,6,0\n")
+    (tmp_path / "test.csv").write_text("a,b,label\n1,2,0\n")
+    with pytest.raises(DataError) as refused:
+        load_table_files(tmp_path, label="label")
+    text = str(refused.value)
+    assert "column 'a' has 1 missing or non-finite value(s) in train (rows 3; per site: south 1)" in text
+    assert (
+        "column 'b' has 3 missing or non-finite value(s) in train (rows 0, 1, 3; per site: north 2, south 1)"
+        in text
+    )
+    assert "does not impute" in text
+
+
+def test_a_column_mostly_of_numbers_is_never_silently_categorical():
+    """3 numbers and one 'x' (75 % numbers): refused naming 'x' and its row; listed as categorical it is
+    one-hot encoded as asked; a column mostly of words stays categorical."""
+    train = {"n": np.array(["1", "2", "x", "4"], dtype=object), "label": np.array([0, 1, 0, 1], dtype=object)}
+    with pytest.raises(
+        DataError, match=r"column 'n' is numbers but for 1 value\(s\) \['x'\] in train \(rows 2\)"
+    ):
+        encode_table(train, train, label="label")
+    assert encode_table(train, train, label="label", categorical=["n"]).feature_names == (
+        "n=1", "n=2", "n=4", "n=x",
+    )  # fmt: skip
+    words = {"w": np.array(["low", "high", "3", "low"], dtype=object), "label": train["label"]}
+    assert encode_table(words, words, label="label").feature_names == ("w=3", "w=high", "w=low")
+
+
+def test_a_categorical_column_with_a_level_per_row_is_warned_about(caplog):
+    rows = 30
+    train = {"id": np.array([f"p{i}" for i in range(rows)], dtype=object), "label": np.arange(rows) % 2}
+    with caplog.at_level("WARNING", logger="fedhet"):
+        encode_table(train, train, label="label")
+    assert "categorical column 'id' has 30 levels over 30 training rows" in caplog.text
+
+
 # --------------------------------------------------------------------------------------------------------
 # Federated standardisation
 # --------------------------------------------------------------------------------------------------------

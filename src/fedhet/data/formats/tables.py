@@ -8,8 +8,13 @@ training row's site (the natural cross-silo layout: one hospital, one site).
 Choices, stated once here and in docs/your-own-data.md:
 - A column is numeric when every training value parses as a number; otherwise (or when listed in
   ``categorical``) it is categorical.
-- Missing or non-finite numeric values are refused, naming the column and rows: fedhet does not impute.
-  A missing categorical value is its own category, ``(missing)``.
+- A cell is missing when it is empty or one of the usual markers (:data:`MISSING_MARKERS`: NA, N/A, NaN,
+  null, None, ?, -, in any case), in every route (CSV, Parquet, data frame).
+- Missing or non-finite numeric values are refused, naming every such column with its rows and counts per
+  site: fedhet does not impute. A column mostly of numbers with a few other values is refused too (naming
+  the values and rows), never silently one-hot encoded; list it in ``categorical`` if it is a category.
+  A missing categorical value is its own category, ``(missing)``; a categorical column with more levels
+  than a tenth of its rows (and more than 10) is warned about (an identifier, or numbers read as text).
 - A categorical column's vocabulary is the sorted union of the category sets each site's training rows
   hold (one set when the table names no sites): what the clients would report, never their rows. A test
   category outside it encodes as all zeros.
@@ -20,6 +25,7 @@ Choices, stated once here and in docs/your-own-data.md:
 from __future__ import annotations
 
 import csv
+import logging
 import math
 import os
 from collections.abc import Mapping, Sequence
@@ -33,6 +39,12 @@ from fedhet.errors import DataError
 
 #: The category a missing categorical value (empty cell, None, NaN) becomes.
 MISSING_CATEGORY = "(missing)"
+#: Cell texts read as a missing value (after stripping and lower-casing): the markers tables use for one.
+MISSING_MARKERS = frozenset({"", "na", "n/a", "nan", "null", "none", "?", "-"})
+#: A column whose present values are more than this share numbers is a numeric column with bad cells.
+MOSTLY_NUMBERS = 0.5
+
+log = logging.getLogger("fedhet")
 
 Columns = dict[str, np.ndarray]
 
@@ -147,8 +159,33 @@ def _is_missing(value: Any) -> bool:
     return (
         value is None
         or (isinstance(value, float) and math.isnan(value))
-        or (isinstance(value, str) and value.strip() == "")
+        or (isinstance(value, str) and value.strip().lower() in MISSING_MARKERS)
     )
+
+
+def _not_numbers(values: np.ndarray) -> list[int]:
+    """The rows whose present value does not parse as a number (a bool is not a number here)."""
+    bad = []
+    for i, value in enumerate(values):
+        if _is_missing(value):
+            continue
+        if isinstance(value, bool):
+            bad.append(i)
+            continue
+        try:
+            float(value)
+        except (TypeError, ValueError):
+            bad.append(i)
+    return bad
+
+
+def _rows_text(rows: Sequence[int] | np.ndarray, sites: np.ndarray | None, site_names: Sequence[str]) -> str:
+    shown = ", ".join(str(int(i)) for i in rows[:5]) + (" …" if len(rows) > 5 else "")
+    text = f"rows {shown}"
+    if sites is not None:
+        per_site = np.bincount(sites[np.asarray(rows, dtype=np.int64)], minlength=len(site_names))
+        text += "; per site: " + ", ".join(f"{site_names[s]} {n}" for s, n in enumerate(per_site) if n)
+    return text
 
 
 def _as_numbers(values: np.ndarray) -> np.ndarray | None:
@@ -184,15 +221,15 @@ def _categories(values: np.ndarray) -> np.ndarray:
     return np.array(out, dtype=object)
 
 
-def _refuse_non_finite(name: str, values: np.ndarray, part: str, source: str) -> None:
+def _missing_numbers(
+    name: str, values: np.ndarray, part: str, sites: np.ndarray | None, site_names: Sequence[str]
+) -> str | None:
+    """What is wrong with a numeric column's ``part`` (train or test): its missing or non-finite values."""
     bad = np.flatnonzero(~np.isfinite(values))
-    if bad.size:
-        rows = ", ".join(str(int(i)) for i in bad[:5]) + (" …" if bad.size > 5 else "")
-        raise DataError(
-            f"{source}: column {name!r} has {bad.size} missing or non-finite value(s) in {part} (rows "
-            f"{rows}, counting from 0 after the header); fedhet does not impute: fill them (e.g. the "
-            "column's median) or drop those rows before federating"
-        )
+    if not bad.size:
+        return None
+    where = _rows_text(bad, sites, site_names)
+    return f"column {name!r} has {bad.size} missing or non-finite value(s) in {part} ({where})"
 
 
 def _label_classes(train: np.ndarray, test: np.ndarray, name: str, source: str) -> tuple[str, ...]:
@@ -200,7 +237,8 @@ def _label_classes(train: np.ndarray, test: np.ndarray, name: str, source: str) 
     missing = [i for i, v in enumerate(both) if _is_missing(v)]
     if missing:
         raise DataError(
-            f"{source}: the label column {name!r} is empty in {len(missing)} row(s); every row needs a class"
+            f"{source}: the label column {name!r} is empty or missing in {len(missing)} row(s); every row "
+            "needs a class"
         )
     numbers = _as_numbers(both)
     if numbers is not None and np.all(np.isfinite(numbers)) and np.all(numbers == np.round(numbers)):
@@ -213,6 +251,22 @@ def _label_indices(values: np.ndarray, classes: tuple[str, ...]) -> np.ndarray:
     numbers = _as_numbers(values) if all(c.lstrip("-").isdigit() for c in classes) else None
     keys = [str(int(v)) for v in numbers] if numbers is not None else [str(v) for v in values]
     return np.array([index[k] for k in keys], dtype=np.int64)
+
+
+def _mostly_numbers(
+    name: str, train: np.ndarray, test: np.ndarray, sites: np.ndarray | None, site_names: Sequence[str]
+) -> list[str]:
+    """A column whose present values are mostly numbers but not all: the values that are not, never read
+    silently as categories (empty when the column is a column of categories)."""
+    out = []
+    for part, values in (("train", train), ("test", test)):
+        present = sum(not _is_missing(v) for v in values)
+        bad = _not_numbers(values)
+        if bad and present and (present - len(bad)) / present > MOSTLY_NUMBERS:
+            shown = sorted({str(values[i]) for i in bad})[:5]
+            where = _rows_text(bad, sites if part == "train" else None, site_names)
+            out.append(f"column {name!r} is numbers but for {len(bad)} value(s) {shown} in {part} ({where})")
+    return out
 
 
 def encode_table(
@@ -262,12 +316,17 @@ def encode_table(
         train_sites = np.array([lookup[s] for s in names], dtype=np.int64)
 
     blocks_train, blocks_test, names_out, numeric = [], [], [], []
+    problems: list[str] = []  # every column at fault, refused together below
     for name in features:
         numbers = None if name in categorical else _as_numbers(train[name])
         test_numbers = None if numbers is None else _as_numbers(test[name])
+        if name not in categorical and (numbers is None or test_numbers is None):
+            problems += _mostly_numbers(name, train[name], test[name], train_sites, sites)
         if numbers is not None and test_numbers is not None:
-            _refuse_non_finite(name, numbers, "train", source)
-            _refuse_non_finite(name, test_numbers, "test", source)
+            problems += filter(None, [
+                _missing_numbers(name, numbers, "train", train_sites, sites),
+                _missing_numbers(name, test_numbers, "test", None, sites),
+            ])  # fmt: skip
             blocks_train.append(numbers[:, None])
             blocks_test.append(test_numbers[:, None])
             names_out.append(name)
@@ -287,6 +346,19 @@ def encode_table(
         )
         names_out.extend(f"{name}={value}" for value in vocabulary)
         numeric.extend([False] * len(vocabulary))
+        if len(vocabulary) > max(10, n_train // 10):
+            log.warning(
+                "%s: categorical column %r has %d levels over %d training rows, one-hot encoded into as many "
+                "features: an identifier (drop it) or numbers read as text?",
+                source, name, len(vocabulary), n_train,
+            )  # fmt: skip
+    if problems:
+        raise DataError(
+            f"{source}: {'; '.join(problems)} (rows count from 0 after the header; for a folder of site "
+            "files, over the files in name order); fedhet does not impute: fill them (e.g. the column's "
+            "median) or drop those rows before federating, and list a column of categories in "
+            "data.categorical_columns"
+        )
 
     classes = _label_classes(train[label], test[label], label, source)
     return EncodedTable(
