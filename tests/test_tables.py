@@ -144,6 +144,15 @@ def test_a_column_mostly_of_numbers_is_never_silently_categorical():
     assert encode_table(words, words, label="label").feature_names == ("w=3", "w=high", "w=low")
 
 
+def test_a_class_only_the_test_rows_hold_is_refused_by_name_and_row():
+    train = {"a": np.array([1.0, 2.0, 3.0]), "label": np.array(["cat", "dog", "cat"], dtype=object)}
+    test = {"a": np.array([1.0, 2.0, 3.0]), "label": np.array(["dog", "bird", "bird"], dtype=object)}
+    with pytest.raises(
+        DataError, match=r"class\(es\) \['bird'\] of 'label' that no training row holds \(test rows 1, 2"
+    ):
+        encode_table(train, test, label="label")
+
+
 def test_a_categorical_column_with_a_level_per_row_is_warned_about(caplog):
     rows = 30
     train = {"id": np.array([f"p{i}" for i in range(rows)], dtype=object), "label": np.arange(rows) % 2}

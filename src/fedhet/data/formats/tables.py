@@ -19,7 +19,7 @@ Choices, stated once here and in docs/your-own-data.md:
   hold (one set when the table names no sites): what the clients would report, never their rows. A test
   category outside it encodes as all zeros.
 - Classes are the sorted distinct label values of train and test together, numbered 0..K-1 in that order,
-  so labels {0, 5, 9} make three classes named "0", "5", "9".
+  so labels {0, 5, 9} make three classes named "0", "5", "9". A class only the test rows hold is refused.
 """
 
 from __future__ import annotations
@@ -246,6 +246,24 @@ def _label_classes(train: np.ndarray, test: np.ndarray, name: str, source: str) 
     return tuple(sorted({str(v) for v in both}))
 
 
+def _refuse_unseen_classes(
+    train: np.ndarray, test: np.ndarray, classes: tuple[str, ...], name: str, source: str
+) -> None:
+    """A class only the test rows hold: no client can learn it, and it would be a silent extra class that
+    every metric counts as missed. Refused, naming the values and rows."""
+    seen = set(_label_indices(train, classes).tolist())
+    test_idx = _label_indices(test, classes)
+    unseen = sorted({int(i) for i in test_idx} - seen)
+    if unseen:
+        rows = np.flatnonzero(np.isin(test_idx, unseen))
+        shown = ", ".join(str(int(i)) for i in rows[:5]) + (" …" if rows.size > 5 else "")
+        raise DataError(
+            f"{source}: the test rows hold class(es) {[classes[i] for i in unseen]} of {name!r} that no "
+            f"training row holds (test rows {shown}, from 0 after the header): no client can learn them; "
+            "drop those test rows, or add training rows of those classes"
+        )
+
+
 def _label_indices(values: np.ndarray, classes: tuple[str, ...]) -> np.ndarray:
     index = {name: i for i, name in enumerate(classes)}
     numbers = _as_numbers(values) if all(c.lstrip("-").isdigit() for c in classes) else None
@@ -361,6 +379,7 @@ def encode_table(
         )
 
     classes = _label_classes(train[label], test[label], label, source)
+    _refuse_unseen_classes(train[label], test[label], classes, label, source)
     return EncodedTable(
         train_x=np.ascontiguousarray(np.concatenate(blocks_train, axis=1), dtype=np.float32),
         train_y=_label_indices(train[label], classes),
