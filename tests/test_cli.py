@@ -304,3 +304,19 @@ def test_bad_arguments_are_one_line_errors_naming_the_fix(tmp_path, capsys, argv
     rc = main(argv + (base if argv[0] in ("run", "compare") else []))
     err = capsys.readouterr().err
     assert rc == 2 and message in err and "Traceback" not in err
+
+
+def test_results_go_to_stdout_and_quiet_silences_only_progress(tmp_path, capsys):
+    """`fedhet compare ... --quiet > results.txt` keeps the table: results on stdout, printed with --quiet;
+    progress and notes on stderr. The same for `fedhet run`."""
+    digits = ["--dataset", "digits", "--clients", "3", "--rounds", "1", "--quiet"]
+    rc = main(
+        ["compare", "--methods", "fedavg,fedprox", "--seeds", "1", *digits, "--out", str(tmp_path / "c")]
+    )
+    out, err = capsys.readouterr()
+    assert rc == 0
+    assert "fedavg" in out and "fedprox" in out and "acc %" in out and f"runs and report: {tmp_path}" in out
+    assert "fedprox" not in err
+    rc = main(["run", "--method", "fedavg", *digits, "--out", str(tmp_path / "r")])
+    out, err = capsys.readouterr()
+    assert rc == 0 and "accuracy" in out and "run directory:" in out and "run directory:" not in err

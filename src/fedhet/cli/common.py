@@ -152,6 +152,12 @@ def status_console(args: argparse.Namespace):
     return make_console(stderr=True, quiet=getattr(args, "quiet", False))
 
 
+def results_console():
+    """The console of a command's results (tables, where they were written): stdout, so ``> file`` keeps
+    them, and printed with --quiet too, which silences progress only."""
+    return make_console()
+
+
 class RunProgress:
     """A rich progress bar per run: round, accuracy, ETA.
 

@@ -16,6 +16,7 @@ from fedhet.cli.common import (
     build_config,
     fmt_metric,
     rerun_command,
+    results_console,
     status_console,
     writable_dir,
 )
@@ -141,14 +142,15 @@ def cmd_compare(args: argparse.Namespace) -> int:
         print(json.dumps(_jsonable({"rows": rows})))
     else:
         ran = result.config or base  # as the runs saw it: with the method defaults applied
+        results = results_console()
         print_compare_table(
-            console,
+            results,
             rows,
             title=f"{ran.data.dataset} · {ran.data.split} · "
             f"{ran.data.clients} clients · {ran.train.rounds} rounds · seeds {seeds}",
         )
-        print_contributions(console, {m: [r.summary for r in runs] for m, runs in result.runs.items()})
-        console.print(f"runs and report: {out_dir}" + (f"  ({report_path})" if report_path else ""))
+        print_contributions(results, {m: [r.summary for r in runs] for m, runs in result.runs.items()})
+        results.print(f"runs and report: {out_dir}" + (f"  ({report_path})" if report_path else ""))
     return 0
 
 

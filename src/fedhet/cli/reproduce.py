@@ -8,7 +8,7 @@ import json
 import time
 from pathlib import Path
 
-from fedhet.cli.common import RunProgress, rerun_command, status_console, writable_dir
+from fedhet.cli.common import RunProgress, rerun_command, results_console, status_console, writable_dir
 from fedhet.errors import ConfigError
 
 
@@ -195,6 +195,7 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
     else:
         from rich.markdown import Markdown
 
-        console.print(Markdown(render_markdown(spec, results, scale=scale.name)))
-        console.print(f"written to {md}")
+        shown = results_console()
+        shown.print(Markdown(render_markdown(spec, results, scale=scale.name)))
+        shown.print(f"written to {md}")
     return 0

@@ -16,6 +16,7 @@ from fedhet.cli.common import (
     add_experiment_args,
     build_config,
     fmt_metric,
+    results_console,
     status_console,
     writable_dir,
 )
@@ -96,7 +97,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
         print(json.dumps(_jsonable(public_summary(result.summary))))
     else:
-        print_summary(console, result.summary)
+        print_summary(results_console(), result.summary)
     return 0
 
 
