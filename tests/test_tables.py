@@ -144,6 +144,15 @@ def test_a_column_mostly_of_numbers_is_never_silently_categorical():
     assert encode_table(words, words, label="label").feature_names == ("w=3", "w=high", "w=low")
 
 
+def test_a_header_only_site_file_is_refused_by_name(tmp_path):
+    (tmp_path / "train").mkdir()
+    (tmp_path / "train" / "north.csv").write_text("a,label\n1,0\n2,1\n")
+    (tmp_path / "train" / "south.csv").write_text("a,label\n")
+    (tmp_path / "test.csv").write_text("a,label\n1,0\n")
+    with pytest.raises(DataError, match=r"site file\(s\) \['south.csv'\] hold a header but no rows"):
+        load_table_files(tmp_path, label="label")
+
+
 def test_a_class_only_the_test_rows_hold_is_refused_by_name_and_row():
     train = {"a": np.array([1.0, 2.0, 3.0]), "label": np.array(["cat", "dog", "cat"], dtype=object)}
     test = {"a": np.array([1.0, 2.0, 3.0]), "label": np.array(["dog", "bird", "bird"], dtype=object)}

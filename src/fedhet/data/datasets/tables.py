@@ -137,6 +137,14 @@ def load_table_files(
                 f"{root}: one file per client already says whose each row is; drop data.client_column"
             )
         parts = [_read(f) for f in files]
+        empty = [
+            f.name for f, part in zip(files, parts, strict=True) if not len(next(iter(part.values()), []))
+        ]
+        if empty:
+            raise DataError(
+                f"{train_dir}: site file(s) {empty} hold a header but no rows; every client needs rows: add "
+                "its rows, or remove the file (the site is then not a client)"
+            )
         client = "__client__"
         for part, file in zip(parts, files, strict=True):
             if client in part:
