@@ -319,4 +319,12 @@ def test_results_go_to_stdout_and_quiet_silences_only_progress(tmp_path, capsys)
     assert "fedprox" not in err
     rc = main(["run", "--method", "fedavg", *digits, "--out", str(tmp_path / "r")])
     out, err = capsys.readouterr()
-    assert rc == 0 and "accuracy" in out and "run directory:" in out and "run directory:" not in err
+    assert rc == 0 and "accuracy %" in out and "run directory:" in out and "run directory:" not in err
+
+
+def test_every_accuracy_of_a_table_is_in_percent():
+    """best_reward_accuracy is shown in percent like accuracy (it was a fraction beside it)."""
+    from fedhet.cli.common import fmt_metric
+
+    assert fmt_metric("best_reward_accuracy", 0.8123) == fmt_metric("accuracy", 0.8123) == "81.23"
+    assert fmt_metric("rare_class_recall", 0.5) == "50.00" and fmt_metric("loss", 0.5) == "0.50"

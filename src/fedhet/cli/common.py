@@ -215,11 +215,18 @@ class RunProgress:
 PERCENT_KEYS = {"accuracy", "balanced_accuracy", "rare_class_recall"}
 
 
+def in_percent(key: str) -> bool:
+    """Whether a metric is shown in percent: every accuracy and recall (``PERCENT_KEYS``, ``*_accuracy``,
+    ``*_recall``), so one table never mixes a percent with a fraction of the same kind."""
+    return key in PERCENT_KEYS or key.endswith(("_accuracy", "_recall"))
+
+
 def fmt_metric(key: str, v: Any, std: Any = None) -> str:
-    """A table cell: ``v`` (± ``std``), in percent for the accuracy-like ``PERCENT_KEYS``; — when missing."""
+    """A table cell: ``v`` (± ``std``), in percent for the accuracy-like keys (:func:`in_percent`); — when
+    missing."""
     if v is None or (isinstance(v, float) and not math.isfinite(v)):
         return "—"
-    pct = key in PERCENT_KEYS
+    pct = in_percent(key)
     scale = 100.0 if pct else 1.0
     digits = 2
     s = f"{scale * v:.{digits}f}"

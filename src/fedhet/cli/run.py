@@ -16,6 +16,7 @@ from fedhet.cli.common import (
     add_experiment_args,
     build_config,
     fmt_metric,
+    in_percent,
     results_console,
     status_console,
     writable_dir,
@@ -129,7 +130,8 @@ def print_summary(console, summary: dict[str, Any]) -> None:
     for k, v in summary["final"].items():
         if isinstance(v, list):
             continue
-        table.add_row(k, fmt_metric(k, v), fmt_metric(k, summary["best"].get(k)))
+        label = f"{k} %" if in_percent(k) else k  # the row's unit
+        table.add_row(label, fmt_metric(k, v), fmt_metric(k, summary["best"].get(k)))
     console.print(table)
     if summary.get("contributions") is not None:
         console.print("contributions: " + ", ".join(f"{c:.3f}" for c in summary["contributions"]))
