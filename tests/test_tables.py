@@ -343,6 +343,27 @@ def test_a_data_frame_with_text_columns_runs_through_fedhet_run():
     assert len(table.test_y) == 48  # a fifth held out
 
 
+def test_a_guard_warning_names_the_method_the_seed_and_the_site(caplog):
+    """A comparison logs many runs at once: a rejected update names its run and, for a table split by its
+    sites, the site (the client column's value) beside the client number."""
+    gen = np.random.default_rng(2)
+    n = 90
+    label = gen.integers(0, 2, n)
+    columns = {
+        "x": gen.normal(label * 2.0, 1.0),
+        "site": np.array(["north", "south", "west"] * 30),
+        "y": label,
+    }
+    data = from_table(columns, columns, label="y", client="site", name="three-sites")
+    with caplog.at_level("WARNING", logger="fedhet"):
+        fedhet.run(
+            {"data": {"clients": 3, "split": "sites"}, "model": {"name": "tabular-mlp"}, "seed": 4,
+             "train": {"rounds": 1}, "faults": {"clients": {"1": "noise"}}},
+            dataset=data,
+        )  # fmt: skip
+    assert "fedavg seed 4, round 1: rejected the update of client 1 (south):" in caplog.text
+
+
 # --------------------------------------------------------------------------------------------------------
 # Model, augmentations
 # --------------------------------------------------------------------------------------------------------

@@ -234,16 +234,26 @@ class RoundLoop:
         ds, m = self.fed.dataset, self.cfg.model
         return build_model(m.name, ds.input_shape, ds.num_classes, **m.params).to(self.device)
 
+    @property
+    def who(self) -> str:
+        """Which run a log line is about (a comparison logs many): its method and seed."""
+        return f"{self.cfg.method.name} seed {self.cfg.seed}"
+
+    def client(self, cid: int) -> str:
+        """A client as a log line names it: its number, and its site's name where the data name sites."""
+        sites = self.fed.dataset.sites if self.cfg.data.split == "sites" else ()
+        return f"client {cid} ({sites[cid]})" if cid < len(sites) else f"client {cid}"
+
     def describe_clients(self) -> dict[int, Reply]:
         """The round-0 exchange: every client's self-reported sample and class counts (validated)."""
         replies, failures = self.transport.describe(list(range(self.cfg.data.clients)))
         for cid, reason in sorted(failures.items()):
-            log.warning("round 0: client %d sent no description: %s", cid, reason)
+            log.warning("%s, round 0: %s sent no description: %s", self.who, self.client(cid), reason)
         accepted, rejected = accept_descriptions(
             replies, self.fed.num_classes, self.cfg.guards.max_num_examples
         )
         for cid, reason in rejected.items():
-            log.warning("round 0: rejected the description of client %d: %s", cid, reason)
+            log.warning("%s, round 0: rejected the description of %s: %s", self.who, self.client(cid), reason)
         return accepted
 
     # -- one round --------------------------------------------------------------------------------------
@@ -285,13 +295,21 @@ class RoundLoop:
             del replies[cid]
         rejected.update(guarded)
         for cid, reason in sorted(rejected.items()):
-            log.warning("round %d: rejected the update of client %d: %s", rnd, cid, reason)
+            log.warning(
+                "%s, round %d: rejected the update of %s: %s", self.who, rnd, self.client(cid), reason
+            )
         # bound what each kept update can move (guards.update_norm_clip); measured on what was sent
         replies, clipped = clip_updates(replies, outgoing, cfg.guards, norms, uploads, global_norm)
         for cid, scale in sorted(clipped.items()):
-            log.info("round %d: clipped the update of client %d to %.3g of its norm", rnd, cid, scale)
+            log.info(
+                "%s, round %d: clipped the update of %s to %.3g of its norm",
+                self.who,
+                rnd,
+                self.client(cid),
+                scale,
+            )
         for cid, reason in sorted(failures.items()):
-            log.warning("round %d: client %d failed: %s", rnd, cid, reason)
+            log.warning("%s, round %d: %s failed: %s", self.who, rnd, self.client(cid), reason)
         self._count_unusable_rounds(rnd, replies, {**failures, **rejected})
         # The strategy's state before this round, to undo an aggregate that turns the global model
         # non-finite (finite updates can still overflow); one copy of the server's state per round.
