@@ -628,6 +628,13 @@ def test_the_store_reuses_a_record_only_for_the_same_experiment_under_todays_sta
     assert not store.is_reusable({**record, "code": None}, "f" * 16, "celm")  # no stamp: never
     assert not store.is_reusable(record, "f" * 16, "fedavg")  # another method's stamp
     assert not store.is_reusable(None, "f" * 16, "celm")
+    assert not store.is_reusable({**record, "method": "gone"}, "f" * 16, "no-such-method")  # unregistered
+    (tmp_path / "list.json").write_text("[1, 2]")
+    (tmp_path / "torn.json").write_text('{"experiment": ')
+    assert (
+        store.read_record(tmp_path / "list.json") is None
+        and store.read_record(tmp_path / "torn.json") is None
+    )
     # a run's stamp: the one every stretch of its rounds names; none where they differ or name none
     one = {"commit": "abc1234", "results": stamp}
     assert store.run_stamp({"fedhet_commits": [one, {**one, "commit": "def5678"}]}) == stamp

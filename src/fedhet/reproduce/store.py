@@ -27,11 +27,16 @@ from fedhet.engine.rundir import run_name
 
 
 def method_stamp(method: str) -> str | None:
-    """The results stamp of ``method`` in the code at hand (None for a method outside fedhet)."""
+    """The results stamp of ``method`` in the code at hand (None for a method outside fedhet, or one no longer
+    registered: no record of it is reused)."""
     from fedhet.algorithms import strategy_class
     from fedhet.code_version import results_stamp
+    from fedhet.errors import ConfigError
 
-    return results_stamp(strategy_class(method))
+    try:
+        return results_stamp(strategy_class(method))
+    except ConfigError:
+        return None
 
 
 def run_stamp(summary: dict[str, Any]) -> str | None:
@@ -56,9 +61,10 @@ def record_path(folder: Path, method: str, seed: int) -> Path:
 def read_record(path: Path) -> dict[str, Any] | None:
     """A record, or None where there is none (or it cannot be read)."""
     try:
-        return json.loads(path.read_text())
+        record = json.loads(path.read_text())
     except (OSError, ValueError):
         return None
+    return record if isinstance(record, dict) else None
 
 
 def provenance(summary: dict[str, Any], *, experiment: str | None, machine: str) -> dict[str, Any]:
