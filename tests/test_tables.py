@@ -364,6 +364,28 @@ def test_a_guard_warning_names_the_method_the_seed_and_the_site(caplog):
     assert "fedavg seed 4, round 1: rejected the update of client 1 (south):" in caplog.text
 
 
+def test_a_site_the_validation_hold_out_empties_is_named_with_the_fix():
+    """A one-row site and a 50 % validation hold-out: the site is named (it used to read as "set
+    data.clients = 2"). Which rows the hold-out takes is drawn from the seed: a seed that takes the row."""
+    columns = {
+        "x": np.arange(21, dtype=float),
+        "site": np.array(["big"] * 20 + ["tiny"]),
+        "y": np.arange(21) % 2,
+    }
+    data = from_table(columns, columns, label="y", client="site", name="tiny-site")
+    config = {"data": {"clients": 2, "split": "sites", "validation_fraction": 0.5},
+              "model": {"name": "tabular-mlp"}, "train": {"rounds": 1}}  # fmt: skip
+    refused = []
+    for seed in range(8):
+        try:
+            fedhet.run({**config, "seed": seed}, dataset=data)
+        except ConfigError as err:
+            refused.append(str(err))
+    assert refused, "no seed's hold-out took the tiny site's row"
+    assert all("site(s) 'tiny' (1 row) keep no training rows after data.validation_fraction = 0.5" in e
+               for e in refused)  # fmt: skip
+
+
 # --------------------------------------------------------------------------------------------------------
 # Model, augmentations
 # --------------------------------------------------------------------------------------------------------

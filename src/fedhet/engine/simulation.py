@@ -92,6 +92,24 @@ class Federation:
         return [c.num_examples for c in self.clients]
 
 
+def _refuse_emptied_sites(cfg: ExperimentConfig, ds: Any, pool: np.ndarray) -> None:
+    """A site whose every training row the validation hold-out or ``max_train_samples`` took: named, with the
+    fix (the ``sites`` split would otherwise see one client fewer and ask for another data.clients)."""
+    sites = ds.train_sites.numpy()
+    emptied = [
+        (ds.sites[s], int(np.sum(sites == s)))
+        for s in range(len(ds.sites))
+        if np.any(sites == s) and not np.any(sites[pool] == s)
+    ]
+    if emptied:
+        named = ", ".join(f"{name!r} ({n} row{'s' if n != 1 else ''})" for name, n in emptied)
+        raise ConfigError(
+            f"site(s) {named} keep no training rows after data.validation_fraction = "
+            f"{cfg.data.validation_fraction:g} and data.max_train_samples = {cfg.data.max_train_samples}: "
+            "lower data.validation_fraction (or raise max_train_samples), or drop the site's rows"
+        )
+
+
 def build_federation(cfg: ExperimentConfig, device: torch.device, raw_inputs: bool = False) -> Federation:
     """Load the dataset, hold out validation data, split the pool over clients, move tensors to ``device``."""
     from fedhet.data.splits import holdout_validation, make_partition
@@ -111,6 +129,8 @@ def build_federation(cfg: ExperimentConfig, device: torch.device, raw_inputs: bo
         val_idx, pool = all_idx[val_pos], all_idx[pool_pos]
     else:
         pool = all_idx
+    if cfg.data.split == "sites" and ds.train_sites is not None:
+        _refuse_emptied_sites(cfg, ds, pool)
     labels_np = ds.train_y.numpy()
     pool_labels = labels_np[pool]
     if cfg.data.clients > len(pool):
