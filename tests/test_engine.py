@@ -627,3 +627,24 @@ def test_evaluating_fewer_rounds_changes_no_training_and_no_evaluation(tmp_path,
             assert few["update_norms"] == full["update_norms"] and few["train_loss"] == full["train_loss"]
     if method == "fedrac":
         assert "fairness_pearson" in sparse[-1]  # rewards and fairness were evaluated
+
+
+def test_a_reply_without_a_train_loss_is_accepted_and_the_round_mean_skips_it(tmp_path):
+    """A user's own client may report no train_loss (the server crashed with a bare KeyError): the round goes
+    on, and its train_loss is the mean over the replies that name one (here none: no train_loss at all)."""
+    from fedhet.algorithms.fedavg import FedAvg
+
+    class Silent(SGDTrainer):
+        def finish(self, u, metrics):
+            reply = super().finish(u, metrics)
+            reply.metrics.pop("train_loss")
+            return reply
+
+    class SilentFedAvg(FedAvg):
+        name = "silent"
+        trainer_class = Silent
+
+    cfg = small_config(train__rounds=1)
+    summary = make_simulation(cfg, run_dir=tmp_path / "run", strategy=SilentFedAvg()).run()
+    line = json.loads((tmp_path / "run" / "metrics.jsonl").read_text().splitlines()[0])
+    assert line["clients"] == [0, 1, 2, 3] and "train_loss" not in line and summary["final"]["accuracy"] > 0.3

@@ -321,7 +321,8 @@ class RoundLoop:
         if rolled_back:
             log.warning("round %d: the aggregated global model is not finite; the round is undone", rnd)
             self.strategy.load_state_dict(snapshot)
-        losses = [(r.metrics["train_loss"], max(r.num_examples, 1)) for r in replies.values()]
+        # a reply may name no train_loss (a user's own ClientApp): the mean is over those that do
+        losses = [(r.metrics.get("train_loss"), max(r.num_examples, 1)) for r in replies.values()]
         losses = [(v, n) for v, n in losses if isinstance(v, float) and math.isfinite(v)]
         line: dict[str, Any] = {"round": rnd, "lr": lr, "clients": sorted(replies)}
         if dropped:
