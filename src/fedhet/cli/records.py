@@ -14,14 +14,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
 import tempfile
 from pathlib import Path
 from statistics import mean
 from typing import Any
-
-#: A table page's first line (``fedhet.reproduce.page.PAGE_MARK``): its table and scale.
-_MARK = re.compile(r"<!-- fedhet reproduce: table=(\S+) scale=(\S+) ")
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -62,13 +58,14 @@ def table_page(page: Path, cells_dir: Path, spec: Any = None) -> dict[str, Any] 
     """The plan of a table's page (None for a page that is not a table's); ``spec``: the table's spec, when
     it is not a shipped table's (found by the name the page's first line gives)."""
     from fedhet.reproduce import load_spec, read_page_rows, row_label, run_spec
+    from fedhet.reproduce.page import PAGE_MARK_RE
     from fedhet.reproduce.store import record_path
 
     first = page.read_text(encoding="utf-8").split("\n", 1)[0]
-    mark = _MARK.match(first)
+    mark = PAGE_MARK_RE.match(first)  # the page's first line, as fedhet.reproduce.page writes it
     if not mark:
         return None
-    table, scale = mark.groups()
+    table, scale = mark.group(1), mark.group(2)
     spec = spec or load_spec(table)
     measured = set(read_page_rows(page, spec, scale).lines)  # the rows the page holds measured
     planned: list[dict[str, Any]] = []

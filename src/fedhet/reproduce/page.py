@@ -25,7 +25,8 @@ from fedhet.reproduce.spec import Spec, list_specs, load_spec
 
 #: A result page's first line: which table, scale and commit, and how many rows it holds measured.
 PAGE_MARK = "<!-- fedhet reproduce: table={table} scale={scale} commit={commit} rows={rows} -->"
-_PAGE_MARK = re.compile(
+#: How a page's first line is read back (its table, scale, commit and measured rows).
+PAGE_MARK_RE = re.compile(
     r"<!-- fedhet reproduce: table=(\S+) scale=(\S+) commit=(.+?)(?: rows=(\d+)/(\d+))? -->"
 )
 
@@ -261,7 +262,7 @@ class PageRows:
 def read_page_rows(page: Path, spec: Spec, scale: str) -> PageRows:
     """The measured rows of ``page``, a result page of ``spec`` at ``scale``, with their provenance."""
     lines = page.read_text().splitlines()
-    mark = _PAGE_MARK.match(lines[0]) if lines else None
+    mark = PAGE_MARK_RE.match(lines[0]) if lines else None
     if mark is None:
         raise ConfigError(
             f"{page} is not a result page written by `fedhet reproduce --page` (its first line is not the "
@@ -404,7 +405,7 @@ def rerender_page(
     from fedhet.reproduce.runner import run_spec
 
     if scale is None:
-        mark = _PAGE_MARK.match(page.read_text().split("\n", 1)[0])
+        mark = PAGE_MARK_RE.match(page.read_text().split("\n", 1)[0])
         if mark is None:
             raise ConfigError(f"{page} is not a result page written by `fedhet reproduce --page`")
         scale = mark.group(2)
@@ -432,7 +433,7 @@ def write_index(pages_dir: Path) -> Path:
         if p.name == "README.md":
             continue
         head = p.read_text().split("\n", 1)[0]
-        m = _PAGE_MARK.match(head)
+        m = PAGE_MARK_RE.match(head)
         if m:
             some = m.group(4) is not None and m.group(4) != m.group(5)
             pages[m.group(1)] = (
