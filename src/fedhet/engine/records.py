@@ -73,6 +73,11 @@ def read_rounds(path: Path, last_round: int) -> list[dict[str, Any]]:
     return kept
 
 
+def lost_clients(line: Mapping[str, Any]) -> list[int]:
+    """The clients a round's metrics line names as rejected or failed: their updates were not aggregated."""
+    return [int(c) for key in ("rejected", "failed") for c in line.get(key, {})]
+
+
 def zero_rejected(contributions: Sequence[float], rejected: Iterable[int]) -> list[float]:
     """The contributions a round reports: 0 for a client whose update was rejected in that round, or that
     failed (not the weight it held before, e.g. CELM's 1/N); on the simplex the others sum to 1 again."""
@@ -83,6 +88,35 @@ def zero_rejected(contributions: Sequence[float], rejected: Iterable[int]) -> li
     if abs(total - 1.0) < 1e-6 and kept > 0:
         c /= kept
     return [float(v) for v in c]
+
+
+def run_contributions(
+    estimate: np.ndarray | None, history: Sequence[Mapping[str, Any]]
+) -> list[float] | None:
+    """The run's one contribution vector (``summary["contributions"]``, read by the API, ``--json``, the
+    CSVs, figures, reports and the audit): the weights of the run's last aggregated round (a reply used,
+    not rolled back) as its metrics line reports them: 0 for a client rejected or failed in that round
+    (:func:`zero_rejected`), the method's weight for the others, clients not sampled or dropped in it
+    included. ``estimate`` (``strategy.contributions()`` at the end) stands in where the lines carry no
+    contributions (FedRAC's ρ), with that round's rejected and failed clients zeroed; with no aggregated
+    round at all, the last round's line is used. None when the method estimates none."""
+    rounds = [h for h in history if "clients" in h]  # the lines of trained rounds (not a diverged stop's)
+    used = [h for h in rounds if h["clients"] and "rolled_back" not in h]
+    line = (used or rounds or [{}])[-1]
+    if line.get("contributions") is not None:
+        # a resumed run reads its lines back from JSON, where a non-finite value is null
+        return [math.nan if c is None else float(c) for c in line["contributions"]]
+    if estimate is None:
+        return None
+    return zero_rejected(estimate, lost_clients(line))
+
+
+def zero_lost_clients(line: dict[str, Any]) -> None:
+    """Give the clients a round's metrics ``line`` names as rejected or failed 0 in its ``contributions``
+    (:func:`zero_rejected`): they were not aggregated in that round."""
+    lost = lost_clients(line)
+    if "contributions" in line and lost:
+        line["contributions"] = zero_rejected(line["contributions"], lost)
 
 
 def free_rider_view(contributions: np.ndarray | None, free_rider: int | None) -> dict[str, float]:
@@ -131,9 +165,11 @@ def run_summary(
     code_commits: list[dict[str, Any]],
 ) -> dict[str, Any]:
     """The summary of a run whose metrics lines are ``history``: the final and best evaluation, the
-    mean of the last rounds', the final contributions and rewards, the partition (``federation``: sizes
-    and info), the standalone accuracies fairness was measured against, and the code it ran (``commit``:
-    that of its last rounds; ``code_commits``: every stretch of rounds with its own)."""
+    mean of the last rounds', the contributions (:func:`run_contributions` of ``contributions``, the
+    method's estimate at the end) and the final rewards, the partition (``federation``: sizes and info),
+    the standalone accuracies fairness was measured against, and the code it ran (``commit``: that of its
+    last rounds; ``code_commits``: every stretch of rounds with its own)."""
+    contributions = run_contributions(contributions, history)
     evals = [h for h in history if "accuracy" in h or "rewards" in h]
     final = _metric_view(evals[-1]) if evals else {}
     best: dict[str, Any] = {}
@@ -154,7 +190,7 @@ def run_summary(
         "best": best,
         "last": mean_scalars([_metric_view(h) for h in recent]),
         "last_100": mean_scalars([_metric_view(h) for h in evals[-LAST_EVALUATIONS:]]),
-        "contributions": [float(c) for c in contributions] if contributions is not None else None,
+        "contributions": contributions,
         "rewards": last.get("rewards"),
         "standalone": [float(s) for s in standalone] if standalone is not None else None,
         "client_sizes": federation.sizes,

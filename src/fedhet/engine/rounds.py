@@ -49,7 +49,7 @@ from fedhet.engine.guards import (
     update_norms,
 )
 from fedhet.engine.protocol import LR_KEY, FederationInfo, Reply, Strategy, Transport
-from fedhet.engine.records import jsonable, read_rounds, run_summary, write_partition, zero_rejected
+from fedhet.engine.records import jsonable, read_rounds, run_summary, write_partition, zero_lost_clients
 from fedhet.engine.rundir import (
     CONFIG_FILE,
     METRICS_FILE,
@@ -538,9 +538,7 @@ class RoundLoop:
             line.update(self.evaluate(rnd))
             timing["eval_s"] = time.perf_counter() - te
         line.update(self.strategy.round_metrics(rnd))
-        lost = [int(c) for key in ("rejected", "failed") for c in line.get(key, {})]
-        if "contributions" in line and lost:
-            line["contributions"] = zero_rejected(line["contributions"], lost)
+        zero_lost_clients(line)
         self.history.append(line)
         self.timings.append(timing)
         if self.run_dir is not None:
