@@ -131,6 +131,10 @@ class TrainConfig:
     grad_clip: float | None = fingerprinted(None)
     #: Probability that a sampled client sends nothing in a round (robustness experiments).
     client_dropout: float = fingerprinted(0.0)
+    #: Only these clients take part (their ids; None = every client): the others are never described, sampled
+    #: or trained, while the split is still made over all ``data.clients`` (a coalition of a federation, as
+    #: ``fedhet shapley`` trains one). Clients per round then count among the participants.
+    participants: list[int] | None = neutral(None)
     device: str = fingerprinted("auto")
     #: torch threads for this process; None leaves torch's default.
     threads: int | None = unfingerprinted(None)

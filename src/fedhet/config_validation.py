@@ -168,6 +168,19 @@ def check_ranges(cfg: ExperimentSections) -> None:
             f"leaves {replying:.2g} replying clients per round on average (fewer than one): most rounds "
             "would train nothing. Lower train.client_dropout or sample more clients",
         )
+    if t.participants is not None:
+        ids = t.participants
+        well_formed = (
+            isinstance(ids, list)
+            and len(ids) > 0
+            and all(isinstance(c, int) and not isinstance(c, bool) for c in ids)
+        )
+        need(well_formed, f"train.participants={ids!r} must be a non-empty list of client ids (or omitted)")
+        need(
+            not well_formed or (all(0 <= c < d.clients for c in ids) and len(set(ids)) == len(ids)),
+            f"train.participants={ids!r}: each id must be in 0..{d.clients - 1} (data.clients = "
+            f"{d.clients}), and appear once",
+        )
     need(0.0 <= t.momentum < 1.0, f"train.momentum={t.momentum} must be in [0, 1)")
     need(t.weight_decay >= 0, f"train.weight_decay={t.weight_decay} must be >= 0")
     need(t.grad_clip is None or t.grad_clip > 0, f"train.grad_clip={t.grad_clip} must be > 0 (or omitted)")

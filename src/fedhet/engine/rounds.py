@@ -59,7 +59,14 @@ from fedhet.engine.rundir import (
     claim_run_dir,
     write_atomic,
 )
-from fedhet.engine.schedule import dropped_clients, evaluates, learning_rate, resolve_device, sample_clients
+from fedhet.engine.schedule import (
+    dropped_clients,
+    evaluates,
+    learning_rate,
+    participants,
+    resolve_device,
+    sample_clients,
+)
 from fedhet.engine.seeds import derived_rng, model_seed
 from fedhet.engine.warm_start import WARM_START_FILE, recorded_warm_start, warm_start_weights
 from fedhet.engine.weights import snapshot_state, weights_digest
@@ -246,7 +253,7 @@ class RoundLoop:
 
     def describe_clients(self) -> dict[int, Reply]:
         """The round-0 exchange: every client's self-reported sample and class counts (validated)."""
-        replies, failures = self.transport.describe(list(range(self.cfg.data.clients)))
+        replies, failures = self.transport.describe(participants(self.cfg))
         for cid, reason in sorted(failures.items()):
             log.warning("%s, round 0: %s sent no description: %s", self.who, self.client(cid), reason)
         accepted, rejected = accept_descriptions(

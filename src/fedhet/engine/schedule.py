@@ -40,9 +40,19 @@ def learning_rate(cfg: ExperimentConfig, rnd: int) -> float:
     return t.lr
 
 
+def participants(cfg: ExperimentConfig) -> list[int]:
+    """The clients that take part in the run (``train.participants``; every client by default), sorted."""
+    chosen = cfg.train.participants
+    return list(range(cfg.data.clients)) if chosen is None else sorted(chosen)
+
+
 def sample_clients(cfg: ExperimentConfig, rnd: int) -> list[int]:
-    """Seeded uniform sampling without replacement; sorted client ids."""
-    n = cfg.data.clients
+    """Seeded uniform sampling without replacement among the participants; sorted client ids."""
+    if cfg.train.participants is not None:
+        pool = participants(cfg)
+        n = len(pool)
+    else:
+        pool, n = None, cfg.data.clients
     cpr = cfg.train.clients_per_round
     k = (
         n
@@ -50,8 +60,9 @@ def sample_clients(cfg: ExperimentConfig, rnd: int) -> list[int]:
         else (max(1, int(round(cpr * n))) if isinstance(cpr, float) else min(int(cpr), n))
     )
     if k >= n:
-        return list(range(n))
-    return sorted(int(c) for c in derived_rng(cfg.seed, "sampling", rnd).choice(n, k, replace=False))
+        return list(range(n)) if pool is None else pool
+    drawn = derived_rng(cfg.seed, "sampling", rnd).choice(n, k, replace=False)
+    return sorted(int(c) if pool is None else pool[int(c)] for c in drawn)
 
 
 def dropped_clients(cfg: ExperimentConfig, rnd: int, sampled: list[int]) -> list[int]:

@@ -206,7 +206,8 @@ def relu_stack_step(
     (``baddbmm_``), after δ_{l-1} has used the old W_l, so no gradient is ever materialised; returns
     (losses (G,), None). Without ``lr``: (losses, [(∂L/∂W_l, ∂L/∂b_l) per layer]).
     """
-    inputs = stacked_relu_inputs(layers[:-1], x.reshape(x.shape[0], x.shape[1], -1), masks)  # h_0 … h_{L-1}
+    # h_0 … h_{L-1}; x (1, B, …) is one batch every member trains on (shared_batches)
+    inputs = stacked_relu_inputs(layers[:-1], x.reshape(x.shape[0], x.shape[1], -1), masks)
     head_w, head_b = layers[-1]
     logits = torch.baddbmm(head_b.unsqueeze(1), inputs[-1], head_w.transpose(1, 2))
     if scales is not None:
@@ -223,7 +224,15 @@ def relu_stack_step(
     for index in range(len(layers) - 1, -1, -1):
         (weight, bias), h_in = layers[index], inputs[index]
         below = torch.bmm(delta, weight).mul_(h_in > 0) if index else None  # with W_l before its step
-        if lr is None:
+        if h_in.shape[0] == 1 < weight.shape[0]:  # one input shared by every member: one product for all
+            members, outs = weight.shape[0], weight.shape[1]
+            delta_rows = delta.transpose(1, 2).reshape(members * outs, -1)  # (G·out, B)
+            if lr is None:
+                grads.append(((delta_rows @ h_in[0]).view_as(weight), delta.sum(dim=1)))
+            else:
+                weight.view(members * outs, -1).addmm_(delta_rows, h_in[0], alpha=-lr)
+                bias.sub_(delta.sum(dim=1), alpha=lr)
+        elif lr is None:
             grads.append((torch.bmm(delta.transpose(1, 2), h_in), delta.sum(dim=1)))
         else:
             weight.baddbmm_(delta.transpose(1, 2), h_in, alpha=-lr)
@@ -297,10 +306,35 @@ def _train_stacked(
     """The SGD loop of every member at once; per member its trained state dict, summed loss and step count."""
     device = next(model.parameters()).device
     names = [n for n, p in model.named_parameters() if p.requires_grad]
-    buffers = {n: b for n, b in model.named_buffers()}
     # Each member's start weights, stacked on a leading group axis (what stack_module_state does to modules);
-    # torch.stack writes new storage, so the in-place steps below never touch the members' start weights.
+    # torch.stack writes new storage, so the in-place steps never touch the members' start weights.
     params = {n: torch.stack([m.update.start[n].to(device) for m in members]).detach() for n in names}
+    loss_sums, steps = train_stacked_params(model, members, train, params)
+    results = []
+    sums = loss_sums.tolist()
+    for i, m in enumerate(members):  # views: the caller copies them (a reply's clone, load_state_dict)
+        state = {k: params[k][i] if k in params else v for k, v in m.update.start.items()}
+        results.append((state, sums[i], steps[i]))
+    return results
+
+
+def train_stacked_params(
+    model: nn.Module,
+    members: Sequence[_Member],
+    train: Any,
+    params: dict[str, Tensor],
+    *,
+    shared_batches: bool = False,
+) -> tuple[Tensor, list[int]]:
+    """Train ``params`` in place: the trainable weights of every member stacked on a leading axis (one row
+    per member, in ``members`` order; ``m.update.start`` is not read). Returns each member's summed loss
+    (float64, on the device) and step count. The coalition trainer (fedhet.ground_truth) calls it with
+    weights it stacked itself, and with ``shared_batches`` where every member trains one client's batches
+    (the same ``batches`` tensor): each step's rows are then gathered once, and on the closed-form path the
+    first layer of every member is one matrix product over the shared rows."""
+    device = next(model.parameters()).device
+    names = [n for n, p in model.named_parameters() if p.requires_grad]
+    buffers = {n: b for n, b in model.named_buffers()}
     mus = torch.tensor([m.mu for m in members], device=device)
     proximal = bool((mus != 0).any())
     reference = {n: params[n].clone() for n in names} if proximal else None  # FedProx: w_g, the start
@@ -308,6 +342,9 @@ def _train_stacked(
     group = len(members)
     data = members[0].update.data  # every client's view of the one training tensor of the run
     assert all(m.update.data.inputs is data.inputs for m in members)
+    shared_batches = shared_batches and group > 1
+    if shared_batches and any(m.batches is not members[0].batches for m in members):
+        raise ValueError("shared_batches: every member must train the same batches tensor")
     num_classes = data.num_classes
     restricted = any(m.scale is not None for m in members)
     scales = (
@@ -372,13 +409,16 @@ def _train_stacked(
     normalize = data.normalize
     # Every step's batch rows land in one buffer: a fresh (group × batch) allocation per step cost about a
     # third of the gather (index_select, itself 2-3x faster than inputs[idx] on the CPU; measured).
-    batch_buffer = inputs.new_empty((group * batch_size, *inputs.shape[1:]))
+    rows = batch_size if shared_batches else group * batch_size
+    batch_buffer = inputs.new_empty((rows, *inputs.shape[1:]))
     for t in range(most):
         active, idx, weight = actives[t], schedule[t], sample_weights[t]
-        x = torch.index_select(inputs, 0, idx.reshape(-1), out=batch_buffer)
+        x = torch.index_select(inputs, 0, (idx[0] if shared_batches else idx).reshape(-1), out=batch_buffer)
         if normalize is not None:
             x = normalize(x)
-        x = x.reshape(group, batch_size, *x.shape[1:])
+        x = x.reshape(1 if shared_batches else group, batch_size, *x.shape[1:])
+        if shared_batches and stack is None:  # vmap maps over the group axis: one view per member
+            x = x.expand(group, *x.shape[1:])
         y = labels[idx]
         if stack is None:
             grads, losses = step_fn(params, x, y, weight, scales, mus if proximal else None, reference)
@@ -424,12 +464,7 @@ def _train_stacked(
                 p.sub_(step, alpha=lr0)
             else:
                 p.sub_(step * lrs.view(shape))
-    results = []
-    sums = loss_sums.tolist()
-    for i, m in enumerate(members):  # views: the caller copies them (a reply's clone, load_state_dict)
-        state = {k: params[k][i] if k in params else v for k, v in m.update.start.items()}
-        results.append((state, sums[i], steps[i]))
-    return results
+    return loss_sums, steps
 
 
 def auto_threshold() -> int:

@@ -66,10 +66,16 @@ def stacked_relu_inputs(
     (weight (M, out, in), bias (M, out)) of the hidden layers; h_L is the head's input. With ``masks``
     (one 0/1 (M, out) per hidden layer, a submodel's units as ``MaskedMLP`` applies them) h_l is multiplied
     by its mask. h_l > 0 exactly where the pre-activation is and the unit is kept, so it is also the
-    derivative of the (masked) ReLU as autograd takes it."""
+    derivative of the (masked) ReLU as autograd takes it. ``x`` may be (1, B, d): one input of every stack."""
     inputs = [x]
     for layer, (weight, bias) in enumerate(hidden):
-        h = torch.baddbmm(bias.unsqueeze(1), inputs[-1], weight.transpose(1, 2)).clamp_min_(0.0)
+        below = inputs[-1]
+        if below.shape[0] == 1 < weight.shape[0]:  # x (1, B, d): one input every stack reads, one product
+            members, outs = weight.shape[0], weight.shape[1]
+            z = (below[0] @ weight.reshape(members * outs, -1).T).view(-1, members, outs).transpose(0, 1)
+            h = z.add_(bias.unsqueeze(1)).clamp_min_(0.0)
+        else:
+            h = torch.baddbmm(bias.unsqueeze(1), below, weight.transpose(1, 2)).clamp_min_(0.0)
         inputs.append(h if masks is None else h.mul_(masks[layer].unsqueeze(1)))
     return inputs
 
