@@ -258,6 +258,21 @@ BENCHES = (
         "CPU implementation of the protocol as specified (every reward model on the whole test set every "
         "round, float32) reaches the target on this machine.",
     ),
+    Bench(
+        "coalitions",
+        "Exact Shapley: every coalition trained together",
+        ("benchmarks/coalitions.py", "--json"),
+        900,
+        "`fedhet shapley` trains the model of every coalition of a federation (FedAvg, digits, "
+        "Dirichlet(0.5) "
+        "per class, the default MLP, 30 rounds). Together (src/fedhet/ground_truth/coalitions.py): each "
+        "round, every (coalition, client) pair is one member of the vectorized engine's stacked SGD program, "
+        "one client's members at a time, so a step's batch is one input of all of them and their first "
+        "layer one matrix product; round 1 is trained once per client. Against one embedded run per "
+        "coalition (`train.participants`, the engine's own path). The utilities of both are compared "
+        "(`max_accuracy_difference`, a row of the table). `python benchmarks/coalitions.py --fashion-mnist` "
+        "adds N = 8 on 12,000 Fashion-MNIST images with mlp200.",
+    ),
 )
 
 
