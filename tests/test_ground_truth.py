@@ -190,3 +190,17 @@ def test_fedhet_shapley_records_each_seed_and_reuses_it(tmp_path, capsys, monkey
     monkeypatch.setattr(measure, "RESULTS_VERSION", measure.RESULTS_VERSION + 1)  # a change of the numbers
     assert main(argv) == 0
     assert json.loads(capsys.readouterr().out)["reused"] == [False, False]
+
+
+@pytest.mark.parametrize(
+    ("participants", "message"),
+    [
+        ("[]", "non-empty list"),
+        ("[0, 0]", "appear once"),
+        ("[3]", "each id must be in 0..2"),
+        ('["a"]', "list"),
+    ],
+)
+def test_bad_participants_are_refused_by_name(participants, message):
+    with pytest.raises(ConfigError, match=message):
+        digits(**{"train.participants": json.loads(participants)})
