@@ -159,6 +159,15 @@ class EvalConfig:
     #: Also write every metrics.jsonl number as TensorBoard scalars under RUN_DIR/tensorboard/
     #: (the fedhet[tensorboard] extra). Not part of the experiment: it changes no result.
     tensorboard: bool = unfingerprinted(False)
+    #: Contribution estimators to report beside the method's own (:data:`CONTRIBUTION_ESTIMATORS`; needs a
+    #: FedAvg-family method and a server validation set): per round in metrics.jsonl, summed over the rounds
+    #: in summary.json's ``estimates`` (fedhet.contributions; docs/contributions.md). They change no training.
+    contribution_estimators: list[str] = neutral(factory=list)
+
+
+#: The estimators ``eval.contribution_estimators`` may name: GTG-Shapley (Liu et al. 2022) and the exact
+#: per-round reconstruction Shapley value (Song et al. 2019), both over FedAvg models rebuilt from replies.
+CONTRIBUTION_ESTIMATORS = ("gtg-shapley", "or-shapley")
 
 
 #: What an injected faulty client does (``[faults] clients``; docs/robustness.md).

@@ -14,6 +14,7 @@ from typing import Any, Protocol
 
 from fedhet.config_sections import (
     CHOICES,
+    CONTRIBUTION_ESTIMATORS,
     FAULT_BEHAVIOURS,
     AggregationConfig,
     DataConfig,
@@ -191,6 +192,18 @@ def check_ranges(cfg: ExperimentSections) -> None:
     need(e.batch_size >= 1, f"eval.batch_size={e.batch_size} must be >= 1")
     need(e.checkpoint_every >= 0, f"eval.checkpoint_every={e.checkpoint_every} must be >= 0")
     need(0.0 < e.bcf_alpha <= 1.0, f"eval.bcf_alpha={e.bcf_alpha} must be in (0, 1]")
+    estimators = e.contribution_estimators
+    need(
+        isinstance(estimators, list),
+        f"eval.contribution_estimators={estimators!r} must be a list, e.g. "
+        f'eval.contribution_estimators=["gtg-shapley"]; choose among {list(CONTRIBUTION_ESTIMATORS)}',
+    )
+    unknown = [n for n in estimators if n not in CONTRIBUTION_ESTIMATORS]
+    need(
+        not unknown,
+        f"eval.contribution_estimators names {unknown}, which fedhet does not estimate; choose among "
+        f"{list(CONTRIBUTION_ESTIMATORS)}",
+    )
     _check_faults(cfg)
     g = cfg.guards
     for key in ("update_norm_factor", "num_examples_factor"):

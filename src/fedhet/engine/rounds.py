@@ -36,9 +36,10 @@ from torch import nn
 
 from fedhet.code_version import commit, results_stamp
 from fedhet.config import ExperimentConfig, to_toml
+from fedhet.contributions.tracker import RoundEstimates
 from fedhet.engine import checkpoint as ckpt
 from fedhet.engine.boundary import accept_descriptions, accept_replies, check_inputs, check_transport
-from fedhet.engine.evaluation import evaluate_round
+from fedhet.engine.evaluation import accuracies_of_states, evaluate_round
 from fedhet.engine.faults import coordinated_attack
 from fedhet.engine.guards import (
     clip_updates,
@@ -204,6 +205,11 @@ class RoundLoop:
         self.template = self.model_factory()
         self.rare_classes = list(self.fed.info.get("rare_classes", [])) or None
         check_inputs(strategy, cfg, self.fed.validation, self.reference)
+        #: The estimators of eval.contribution_estimators, run after each aggregation (None: none named).
+        self.estimates = RoundEstimates.for_run(
+            cfg, strategy, self.fed.validation, self.template, len(sample_clients(cfg, 1)),
+            evaluate=accuracies_of_states, rng=functools.partial(derived_rng, cfg.seed, "estimates")
+        )  # fmt: skip
         needs = strategy.requirements()
         self.info = FederationInfo(
             model=model,
@@ -321,6 +327,7 @@ class RoundLoop:
         # The strategy's state before this round, to undo an aggregate that turns the global model
         # non-finite (finite updates can still overflow); one copy of the server's state per round.
         snapshot = snapshot_state(self.strategy.state_dict()) if cfg.guards.rollback_non_finite else None
+        start = self.estimates.start_weights(self.strategy) if self.estimates else None  # w_t, copied
         self.strategy.before_aggregate(rnd, replies)
         self.strategy.aggregate(rnd, replies)
         self.strategy.after_aggregate(rnd, replies)
@@ -348,6 +355,8 @@ class RoundLoop:
             line["update_cosines"] = {str(c): v for c, v in cosines.items()}
         if losses:
             line["train_loss"] = float(np.average([v for v, _ in losses], weights=[n for _, n in losses]))
+        if self.estimates:  # the values of the replies aggregated (none in a round undone)
+            line.update(self.estimates.round(rnd, start, {} if rolled_back else replies))
         return line
 
     def _count_unusable_rounds(self, rnd: int, replies: Mapping[int, Reply], lost: Mapping[int, str]) -> None:
@@ -540,6 +549,8 @@ class RoundLoop:
         tr = time.perf_counter()
         line = self.train_round(rnd)
         timing = {"round": rnd, "train_s": time.perf_counter() - tr, **self.transport.round_timing()}
+        if self.estimates:  # within train_s
+            timing["estimates_s"] = self.estimates.seconds
         if evaluates(cfg, rnd):
             te = time.perf_counter()
             line.update(self.evaluate(rnd))
@@ -563,8 +574,8 @@ class RoundLoop:
             self.progress(rnd, cfg.train.rounds, line)
 
     def summary(self, wall: float) -> dict[str, Any]:
-        """The run's ``summary.json`` from its metrics lines so far (``fedhet.engine.records``)."""
-        return run_summary(
+        """The run's ``summary.json`` from its metrics lines so far (``fedhet.engine.records``; estimates)."""
+        summary = run_summary(
             self.cfg,
             self.history,
             run_dir=self.run_dir,
@@ -575,3 +586,6 @@ class RoundLoop:
             commit=self.code_commits[-1]["commit"] if self.code_commits else process_commit(),
             code_commits=self.code_commits,
         )
+        if self.estimates:
+            summary["estimates"] = self.estimates.sums(self.history)
+        return summary

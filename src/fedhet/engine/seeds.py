@@ -21,6 +21,7 @@ PURPOSE = {
     "model": 8,
     "test_subset": 9,
     "fault": 10,
+    "estimates": 11,
 }
 
 
