@@ -43,7 +43,10 @@ def test_a_client_rejected_in_every_round_is_credited_nothing(tmp_path):
     assert summary["contributions"] == expected  # not CELM's 1/6 prior, nor the others × 5/6
     assert result.contributions == expected
     assert last_csv_row(tmp_path / "run") == pytest.approx(expected, abs=1e-9)
-    assert load_audit(tmp_path / "run").weights.tolist() == pytest.approx(expected, abs=1e-12)
+    audit = load_audit(tmp_path / "run")
+    assert audit.weights.tolist() == pytest.approx(expected, abs=1e-12)
+    # its 0 is the server's refusal, which the audit names; it is no free rider (it sent an update)
+    assert 2 in audit.flagged("rejected updates") and 2 not in audit.flagged("free-rider suspect")
 
 
 @pytest.mark.parametrize("rounds", [3, 4])
@@ -81,3 +84,4 @@ def test_the_record_is_the_last_aggregated_rounds_line():
     assert run_contributions(estimate, []) == estimate  # no rounds (nothing to read it from)
     # a resumed run reads its lines back from JSON, where NaN is null
     assert math.isnan(run_contributions(None, [{**line, "contributions": [None, 0.5, 0.5]}])[0])
+

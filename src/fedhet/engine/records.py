@@ -90,6 +90,14 @@ def zero_rejected(contributions: Sequence[float], rejected: Iterable[int]) -> li
     return [float(v) for v in c]
 
 
+def last_aggregated_line(history: Sequence[Mapping[str, Any]]) -> Mapping[str, Any]:
+    """The metrics line of the run's last aggregated round (a reply used, not rolled back); with none, the
+    last trained round's line; ``{}`` for a run with no trained round."""
+    rounds = [h for h in history if "clients" in h]  # the lines of trained rounds (not a diverged stop's)
+    used = [h for h in rounds if h["clients"] and "rolled_back" not in h]
+    return (used or rounds or [{}])[-1]
+
+
 def run_contributions(
     estimate: np.ndarray | None, history: Sequence[Mapping[str, Any]]
 ) -> list[float] | None:
@@ -100,9 +108,7 @@ def run_contributions(
     included. ``estimate`` (``strategy.contributions()`` at the end) stands in where the lines carry no
     contributions (FedRAC's ρ), with that round's rejected and failed clients zeroed; with no aggregated
     round at all, the last round's line is used. None when the method estimates none."""
-    rounds = [h for h in history if "clients" in h]  # the lines of trained rounds (not a diverged stop's)
-    used = [h for h in rounds if h["clients"] and "rolled_back" not in h]
-    line = (used or rounds or [{}])[-1]
+    line = last_aggregated_line(history)
     if line.get("contributions") is not None:
         # a resumed run reads its lines back from JSON, where a non-finite value is null
         return [math.nan if c is None else float(c) for c in line["contributions"]]

@@ -12,6 +12,8 @@ The flags, each with the numbers behind it (thresholds in :class:`AuditSettings`
   (class shares ≥ 1/(2N) on fewer than half the classes, CELM) or evidence that barely moved over the
   warm-up rounds (relative change below ``flat_change`` × the clients' median, CELM), or, for a method
   without class-wise evidence, a weight below ``low_weight`` × 1/N in at least ``persistent`` of the rounds;
+  never a client rejected or failed in the round its final weight comes from (its 0 is the server's
+  doing: the rejected / failed flags name it);
 - **maverick**: the client holds at least ``dominant_share`` of the de-biased evidence of a class (CELM;
   "sole" from ``sole_share``);
 - **rejected updates** / **failed rounds**: the rounds the server refused the client's update or got none,
@@ -36,6 +38,7 @@ from typing import Any
 import numpy as np
 
 from fedhet.config import load_run_config
+from fedhet.engine.records import last_aggregated_line, lost_clients
 from fedhet.engine.rundir import (
     CONFIG_FILE,
     PARTITION_FILE,
@@ -178,7 +181,10 @@ def flag_clients(audit: Audit, lines: Sequence[dict[str, Any]], s: AuditSettings
     flags: list[Flag] = []
     w = audit.weights
     if audit.weight_source == "contribution":
-        flags += _free_rider_flags(audit, s, uniform)
+        # A client refused or lost in the round its weight comes from holds 0 because the server did not use
+        # it: the rejected / failed flags below say so; calling it a free rider would claim it sent nothing.
+        unused = set(lost_clients(last_aggregated_line(lines)))
+        flags += [f for f in _free_rider_flags(audit, s, uniform) if f.client not in unused]
     shares = audit.class_shares
     if shares is not None:
         for i in range(n):
