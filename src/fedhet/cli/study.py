@@ -54,6 +54,14 @@ def study_parser(study: Any) -> argparse.ArgumentParser:
             metavar="SECTION.KEY=VALUE",
             help="run: override a config key in every cell, e.g. a smaller scale for a trial (repeatable)",
         )
+        if study.record is not None:
+            p.add_argument(
+                "--records",
+                type=Path,
+                default=Path("docs/results/cells") / study.name,
+                help="run: where each finished run is recorded (a seed whose records stand is skipped); "
+                "a trial with --set belongs elsewhere, e.g. --records /tmp/records",
+            )
     if study.figure is not None:
         p.add_argument(
             "--figure",
@@ -90,7 +98,18 @@ def cmd_study(args: argparse.Namespace) -> int:
     options = {o.name: getattr(opts, o.name) for o in study.options}
     if opts.action == "run":
         overrides = {key: parse_value(value) for key, value in parse_set_args(opts.set)}
-        run_study(study, opts.out, opts.seeds, opts.jobs, overrides, echo=lambda s: print(s, flush=True))
+        records = getattr(opts, "records", None)
+        run_study(
+            study,
+            opts.out,
+            opts.seeds,
+            opts.jobs,
+            overrides,
+            echo=lambda s: print(s, flush=True),
+            records=records,
+        )
+        if records is not None:
+            options["records"] = records
         dirs = [opts.out]
     else:
         dirs = opts.paths or [Path(study.default_out)]

@@ -19,6 +19,7 @@ STUDIES = {
     "celm-table1-causes": "fedhet.studies.celm_table1_causes",
     "fedrac-causes": "fedhet.studies.fedrac_causes",
     "gated-fssl": "fedhet.studies.gated_fssl",
+    "contribution-estimators": "fedhet.studies.contribution_estimators",
 }
 
 

@@ -1,0 +1,301 @@
+"""How well does each contribution estimator rank clients? Every estimator fedhet has, against exact Shapley
+values, on small federations with known structure (docs/contributions.md; the page
+docs/results/contribution-estimators.md).
+
+Each federation is the shipped experiment ``contributions/digits-n6`` (digits, 6 clients, 30 rounds, a tenth
+held out for the server's validation) with its own split. Per federation and seed the study runs every method
+that estimates contributions (CELM, CGSV, ShapFed, IAFL, CFFL: their summary's ``contributions``; FedRAC and
+FedSAC: their reputation, the standalone accuracies), FedAvg with GTG-Shapley and the reconstruction Shapley
+(``eval.contribution_estimators``), and then the ground truth: every coalition's FedAvg model
+(``fedhet shapley``; its records in ``<federation>/exact-shapley/``), from which Shapley, Banzhaf and
+leave-one-out values come. Sample shares and standalone accuracies are estimators too (what a server could
+use without any method).
+
+The table: per federation and estimator, Spearman ρ and Kendall τ with exact Shapley, whether the top and the
+bottom client agree, and the run's wall time, as means over seeds; every value from the records.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from fedhet.studies.base import CompareCell, Study
+
+CONFIG = "contributions/digits-n6"
+
+#: federation -> its split (overrides of the shipped experiment)
+FEDERATIONS: dict[str, dict[str, Any]] = {
+    "dir-1.0": {"data.split": "dirichlet-per-class", "data.split_params": {"alpha": 1.0}},
+    "dir-0.1": {"data.split": "dirichlet-per-class", "data.split_params": {"alpha": 0.1}},
+    "maverick": {
+        "data.split": "maverick",
+        "data.split_params": {"rare_classes": [0], "maverick_clients": [0], "rare_fraction": 1.0},
+    },
+    "free-rider": {"data.split": "free-rider", "data.split_params": {"free_rider": 0, "actual_size": 10}},
+    "step-quantity": {"data.split": "step-quantity", "data.split_params": {"gamma": 0.05}},
+    "pow": {"data.split": "pow", "data.split_params": {"samples_per_client": 200}},
+}
+
+METHODS = ("celm", "cgsv", "shapfed", "iafl", "cffl", "fedrac", "fedsac")
+RECONSTRUCTION = ("gtg-shapley", "or-shapley")
+#: what a row of the table is called, per estimator key
+LABELS = {
+    **{m: m.upper() if m in ("celm", "cgsv", "iafl", "cffl") else m for m in METHODS},
+    "shapfed": "ShapFed",
+    "fedrac": "FedRAC reputation",
+    "fedsac": "FedSAC reputation",
+    "gtg_shapley": "GTG-Shapley",
+    "or_shapley": "reconstruction Shapley",
+    "sample_share": "sample share",
+    "standalone": "standalone accuracy",
+    "leave_one_out": "leave-one-out (exact)",
+    "banzhaf": "Banzhaf (exact)",
+}
+GROUND_TRUTH = "exact-shapley"
+
+
+def cells() -> list[CompareCell]:
+    out = []
+    for name, split in FEDERATIONS.items():
+        out.append(CompareCell(f"{name}/methods", CONFIG, METHODS, split))
+        out.append(
+            CompareCell(
+                f"{name}/fedavg-estimators",
+                CONFIG,
+                ("fedavg",),
+                {**split, "eval.contribution_estimators": list(RECONSTRUCTION)},
+            )
+        )
+    return out
+
+
+def run_values(cell: CompareCell, run: Path, method: str) -> dict[str, Any]:
+    """What the table reads of one run: its contribution vector (FedRAC's, FedSAC's: the reputation), the
+    reconstruction estimates, the sample sizes, the standalone accuracies and the wall time."""
+    from fedhet.engine.rundir import read_summary
+
+    summary = read_summary(run)
+    contributions = summary.get("contributions")
+    if contributions is None and (run / "records.json").is_file():
+        contributions = json.loads((run / "records.json").read_text()).get("submodel", {}).get("reputation")
+    return {
+        "contributions": contributions,
+        "estimates": summary.get("estimates"),
+        "sizes": summary.get("client_sizes"),
+        "standalone": summary.get("standalone"),
+        "accuracy": summary["final"]["accuracy"],
+        "wall_s": summary.get("wall_time_s"),
+    }
+
+
+def ground_truth(out: Path, echo: Any, records: Path | None = None) -> None:
+    """After the cells: exact values per federation for every seed its methods finished (recorded beside
+    them, reused while they stand)."""
+    from fedhet.api import as_config
+    from fedhet.engine.rundir import finished_runs
+    from fedhet.ground_truth.measure import measure
+
+    folder = records if records is not None else out
+    for name, split in FEDERATIONS.items():
+        seeds = sorted(
+            int(run.name.rsplit("seed", 1)[1]) for run in finished_runs(out / name / "methods", "celm")
+        )
+        if not seeds:
+            continue
+        cfg = as_config(CONFIG, split)
+        echo(f"[ground truth] {name}: seeds {seeds}")
+        measure(cfg, seeds, folder / name / GROUND_TRUTH, notify=echo)
+
+
+def _rank_agreement(estimate: list[float], truth: np.ndarray) -> dict[str, float]:
+    from scipy import stats
+
+    e = np.asarray(estimate, dtype=np.float64)
+    return {
+        "rho": float(stats.spearmanr(e, truth).statistic),
+        "tau": float(stats.kendalltau(e, truth).statistic),
+        "top": float(np.argmax(e) == np.argmax(truth)),
+        "bottom": float(np.argmin(e) == np.argmin(truth)),
+    }
+
+
+def federation_rows(records: Path, name: str) -> dict[str, list[dict[str, float]]]:
+    """Estimator -> one agreement dict per seed with a ground truth (plus its wall time), from the records."""
+    from fedhet.ground_truth.coalitions import CoalitionUtilities
+    from fedhet.ground_truth.values import VALUES
+    from fedhet.reproduce.store import read_record
+
+    truth: dict[int, dict[str, np.ndarray]] = {}
+    for path in sorted((records / name / GROUND_TRUTH).glob("fedavg-seed*.json")):
+        record = read_record(path)
+        if record:
+            u = CoalitionUtilities.from_json(record["coalitions"]).utilities["accuracy"]
+            truth[int(record["seed"])] = {k: fn(u) for k, fn in VALUES.items()} | {
+                "wall": record["wall_time_s"]
+            }
+    rows: dict[str, list[dict[str, float]]] = {}
+
+    def add(key: str, estimate: Any, seed: int, wall: float | None) -> None:
+        if estimate is None or seed not in truth or not np.all(np.isfinite(np.asarray(estimate, float))):
+            return
+        agreement = _rank_agreement(estimate, truth[seed]["shapley"])
+        rows.setdefault(key, []).append({**agreement, "s": wall or 0.0, "seed": seed})
+
+    for sub, methods in (("methods", METHODS), ("fedavg-estimators", ("fedavg",))):
+        for method in methods:
+            for path in sorted((records / name / sub).glob(f"{method}-seed*.json")):
+                record = read_record(path)
+                if not record:
+                    continue
+                seed, values = int(record["seed"]), record["values"]
+                if method == "fedavg":
+                    for key, estimate in (values.get("estimates") or {}).items():
+                        add(key, estimate, seed, values.get("wall_s"))
+                    continue
+                add(method, values.get("contributions"), seed, values.get("wall_s"))
+                if method == "celm":  # what any server has: sample counts; and the pre-pass's accuracies
+                    add("sample_share", values.get("sizes"), seed, 0.0)
+                if method == "cgsv":
+                    add("standalone", values.get("standalone"), seed, None)
+    for seed, values in truth.items():
+        for key in ("leave_one_out", "banzhaf"):
+            add(key, values[key], seed, values["wall"])
+    return rows
+
+
+def table(dirs: list[Path], options: Mapping[str, Any]) -> str:
+    records = Path(options.get("records") or "docs/results/cells/contribution-estimators")
+    lines = []
+    for name in FEDERATIONS:
+        rows = federation_rows(records, name)
+        if not rows:
+            continue
+        seeds = max(len(v) for v in rows.values())
+        lines += [
+            f"### {name} ({seeds} seed{'s' if seeds != 1 else ''})",
+            "",
+            "| estimator | Spearman ρ | Kendall τ | top client agrees | bottom client agrees | wall s |",
+            "|---|---|---|---|---|---|",
+        ]
+        for key, found in sorted(rows.items(), key=lambda kv: -np.mean([r["rho"] for r in kv[1]])):
+            mean = {k: float(np.mean([r[k] for r in found])) for k in ("rho", "tau", "top", "bottom", "s")}
+            lo, hi = min(r["rho"] for r in found), max(r["rho"] for r in found)
+            lines.append(
+                f"| {LABELS.get(key, key)} | {mean['rho']:+.2f} ({lo:+.2f} … {hi:+.2f}) | "
+                f"{mean['tau']:+.2f} | "
+                f"{sum(r['top'] for r in found):.0f} of {len(found)} | "
+                f"{sum(r['bottom'] for r in found):.0f} of {len(found)} | {mean['s']:.1f} |"
+            )
+        lines.append("")
+    return "\n".join(lines) if lines else "no records yet: run `fedhet study contribution-estimators run`"
+
+
+#: (estimator, baseline): "the estimator ranks clients more like exact Shapley than the baseline does",
+#: judged per federation from the paired per-seed differences of Spearman ρ (fedhet.verdicts)
+CLAIMS = (
+    ("celm", "sample_share"),
+    ("cgsv", "sample_share"),
+    ("shapfed", "sample_share"),
+    ("gtg_shapley", "sample_share"),
+    ("gtg_shapley", "or_shapley"),
+    ("celm", "gtg_shapley"),
+)
+
+
+def findings(records: Path) -> list[str]:
+    """Each claim of :data:`CLAIMS` on each federation, judged from the paired seeds of the records."""
+    from fedhet.verdicts import judge
+
+    out = []
+    for better, than in CLAIMS:
+        verdicts = []
+        for name in FEDERATIONS:
+            rows = federation_rows(records, name)
+            pairs = {}
+            for key in (better, than):
+                for r in rows.get(key, []):
+                    pairs.setdefault(r["seed"], {})[key] = r["rho"]
+            diffs = [v[better] - v[than] for _, v in sorted(pairs.items()) if len(v) == 2]
+            if not diffs:
+                continue
+            verdict, low, high = judge(diffs)
+            interval = "" if low is None else f", 95 % interval {low:+.2f} … {high:+.2f}"
+            verdicts.append(
+                f"{name}: **{verdict}** (mean Δρ {np.mean(diffs):+.2f} over {len(diffs)} seeds{interval})"
+            )
+        if verdicts:
+            out.append(
+                f"- {LABELS.get(better, better)} ranks clients more like exact Shapley than "
+                f"{LABELS.get(than, than)}: " + "; ".join(verdicts)
+            )
+    return out
+
+
+def write_page(paths: list[Path], options: Mapping[str, Any]) -> str:
+    """``fedhet study contribution-estimators page``: docs/results/contribution-estimators.md from the
+    records (no run)."""
+    from fedhet.reproduce.store import read_record
+
+    records = Path(options.get("records") or "docs/results/cells/contribution-estimators")
+    commits = sorted(
+        {
+            c
+            for path in records.rglob("*.json")
+            if (r := read_record(path))
+            for c in r.get("commits") or []
+            if c
+        }
+    )
+    page = Path(STUDY.page)
+    text = "\n".join(
+        [
+            "# Contribution estimators against exact Shapley values",
+            "",
+            "Every estimator fedhet has, scored by how it ranks the clients of a federation against the "
+            "exact Shapley values of test accuracy (every coalition's FedAvg model trained: "
+            "`fedhet shapley`). "
+            "Digits, 6 clients, 30 rounds, a tenth held out as the server's validation set "
+            f"(`{CONFIG}`); one section per federation. Mean over seeds (the range of ρ in brackets); "
+            "the top / bottom columns count the seeds where the estimator's highest / lowest client is "
+            "Shapley's. Wall s: one run of the method (for the exact values: training every coalition).",
+            "",
+            "Regenerate every number on this page with:",
+            "",
+            "```",
+            "fedhet study contribution-estimators run --seeds 3",
+            "fedhet study contribution-estimators page",
+            "```",
+            "",
+            f"Computed at commit{'s' if len(commits) != 1 else ''} {', '.join(commits) or 'none'} "
+            f"(from the records in `{records}`).",
+            "",
+            "## Findings (computed from the records)",
+            "",
+            *(findings(records) or ["- no federation has paired seeds yet"]),
+            "",
+            "## Agreement with exact Shapley, per federation",
+            "",
+            table([], {"records": records}),
+        ]
+    )
+    page.write_text(text.rstrip() + "\n")
+    return f"wrote {page}"
+
+
+STUDY = Study(
+    name="contribution-estimators",
+    title="every contribution estimator against exact Shapley values on six digits federations",
+    page="docs/results/contribution-estimators.md",
+    default_out="runs/contribution-estimators",
+    default_seeds=3,
+    cells=cells,
+    table=table,
+    after_cells=ground_truth,
+    record=run_values,
+    actions={"page": write_page},
+)
