@@ -35,7 +35,6 @@ from fedhet.errors import ConfigError
 
 if TYPE_CHECKING:
     from fedhet.config import ExperimentConfig
-    from fedhet.engine.protocol import Reply, Strategy
 
 #: What each estimator is called in ``metrics.jsonl`` and ``summary["estimates"]``.
 KEYS = {name: name.replace("-", "_") for name in CONTRIBUTION_ESTIMATORS}
@@ -83,7 +82,7 @@ class RoundEstimates:
     def for_run(
         cls,
         cfg: ExperimentConfig,
-        strategy: Strategy,
+        strategy: Any,  # the run's fedhet.engine.protocol.Strategy (the engine calls this package)
         validation: tuple[Tensor, Tensor] | None,
         model: nn.Module,
         replies_per_round: int,
@@ -135,11 +134,11 @@ class RoundEstimates:
         )
 
     @staticmethod
-    def start_weights(strategy: Strategy) -> dict[str, Tensor]:
+    def start_weights(strategy: Any) -> dict[str, Tensor]:
         """A copy of the global model the round starts from, w_t (taken before the aggregation)."""
         return {k: v.detach().clone() for k, v in strategy.global_model().state_dict().items()}
 
-    def round(self, rnd: int, start: Mapping[str, Tensor], replies: Mapping[int, Reply]) -> dict[str, Any]:
+    def round(self, rnd: int, start: Mapping[str, Tensor], replies: Mapping[int, Any]) -> dict[str, Any]:
         """The ``estimates`` entry of round ``rnd``'s metrics line from ``start`` (w_t) and the ``replies``
         the strategy aggregated (none for a round that aggregated none or was undone: every value 0)."""
         t0 = time.perf_counter()
