@@ -169,12 +169,15 @@ def run_summary(
     wall: float,
     commit: str,
     code_commits: list[dict[str, Any]],
+    descriptions: Mapping[int, Any] | None = None,
 ) -> dict[str, Any]:
     """The summary of a run whose metrics lines are ``history``: the final and best evaluation, the
     mean of the last rounds', the contributions (:func:`run_contributions` of ``contributions``, the
     method's estimate at the end) and the final rewards, the partition (``federation``: sizes and info),
-    the standalone accuracies fairness was measured against, and the code it ran (``commit``: that of its
-    last rounds; ``code_commits``: every stretch of rounds with its own)."""
+    the standalone accuracies fairness was measured against, the class counts each client described in
+    round 0 (``descriptions``, the accepted replies: what the server knew, which the audit reads), and the
+    code it ran (``commit``: that of its last rounds; ``code_commits``: every stretch of rounds with its
+    own)."""
     contributions = run_contributions(contributions, history)
     evals = [h for h in history if "accuracy" in h or "rewards" in h]
     final = _metric_view(evals[-1]) if evals else {}
@@ -200,6 +203,11 @@ def run_summary(
         "rewards": last.get("rewards"),
         "standalone": [float(s) for s in standalone] if standalone is not None else None,
         "client_sizes": federation.sizes,
+        "described_class_counts": {
+            str(cid): [int(v) for v in reply.payload["class_counts"].tolist()]
+            for cid, reply in sorted((descriptions or {}).items())
+            if "class_counts" in reply.payload
+        },
         "partition_info": jsonable(federation.info),
         "wall_time_s": wall,
         # where the numbers came from (result pages cite it): the commit the last rounds ran at, and every

@@ -267,6 +267,7 @@ class RoundLoop:
         )
         for cid, reason in rejected.items():
             log.warning("%s, round 0: rejected the description of %s: %s", self.who, self.client(cid), reason)
+        self.descriptions = accepted  # summary.json keeps their class counts (the audit's holders of a class)
         return accepted
 
     # -- one round --------------------------------------------------------------------------------------
@@ -585,6 +586,7 @@ class RoundLoop:
             wall=wall,
             commit=self.code_commits[-1]["commit"] if self.code_commits else process_commit(),
             code_commits=self.code_commits,
+            descriptions=self.descriptions,
         )
         if self.estimates:
             summary["estimates"] = self.estimates.sums(self.history)

@@ -22,7 +22,10 @@ The flags, each with the numbers behind it (thresholds in :class:`AuditSettings`
   (``guards.update_norm_clip``), with the smallest scale: an update far longer than the round's, which an
   honest client of very unusual data can send too;
 - **stale uploads**: rounds in which the client's update norm was below ``stale_ratio`` × the round's median
-  (a client that sends back what it was sent, or barely trains).
+  (a client that sends back what it was sent, or barely trains);
+- **starved class**: the only client that described holding a class (round 0's class counts) has a final
+  weight below ``starved_weight`` × 1/N: the method all but leaves that client out, so the global model may
+  never learn the class.
 """
 
 from __future__ import annotations
@@ -56,6 +59,7 @@ from fedhet.report.markdown import find_runs
 
 FLAGS = (
     "free-rider suspect", "maverick", "rejected updates", "clipped updates", "failed rounds", "stale uploads",
+    "starved class",
 )  # fmt: skip
 
 
@@ -69,6 +73,7 @@ class AuditSettings:
     dominant_share: float = 0.5
     sole_share: float = 0.9
     stale_ratio: float = 0.01
+    starved_weight: float = 0.1
 
 
 @dataclass
@@ -92,6 +97,7 @@ class Audit:
     history: list[tuple[int, list[float]]]  # (round, weights) for every recorded round
     sample_share: np.ndarray | None  # (N,) self-described sample counts / total
     class_shares: np.ndarray | None  # (N, K) share of each class's de-biased evidence (CELM, last warm-up)
+    described: np.ndarray | None = None  # (N, K) the class counts each client described in round 0
     evidence_rounds: list[dict[str, Any]] = field(default_factory=list)
     flags: list[Flag] = field(default_factory=list)
 
@@ -115,6 +121,19 @@ def _class_shares(debiased: np.ndarray) -> np.ndarray:
     q = np.nan_to_num(np.asarray(debiased, dtype=np.float64), nan=0.0).clip(min=0.0)
     totals = q.sum(axis=0, keepdims=True)
     return np.divide(q, totals, out=np.zeros_like(q), where=totals > 0)
+
+
+def _described(counts: dict[str, list[int]] | None, n: int) -> np.ndarray | None:
+    """The (N, K) class counts the clients described (a client that sent none: zeros); None for a run
+    recorded before summaries kept them."""
+    if not counts:
+        return None
+    k = len(next(iter(counts.values())))
+    out = np.zeros((n, k))
+    for cid, row in counts.items():
+        if int(cid) < n:
+            out[int(cid)] = row
+    return out
 
 
 def load_audit(run_dir: Path, settings: AuditSettings | None = None) -> Audit:
@@ -156,6 +175,7 @@ def load_audit(run_dir: Path, settings: AuditSettings | None = None) -> Audit:
         sample_share=share,
         class_shares=class_shares,
         evidence_rounds=evidence,
+        described=_described(summary.get("described_class_counts"), weights.size),
     )
     audit.flags = flag_clients(audit, lines, settings or AuditSettings())
     return audit
@@ -216,6 +236,8 @@ def flag_clients(audit: Audit, lines: Sequence[dict[str, Any]], s: AuditSettings
             else:
                 detail = "round {}: {}".format(*events[cid][0])
             flags.append(Flag(cid, kind, f"{len(rounds)} round(s) ({_round_list(rounds)}); {detail}"))
+    if audit.weight_source == "contribution" and audit.described is not None:
+        flags += _starved_class_flags(audit, s, uniform)
     stale: dict[int, list[tuple[int, float, float]]] = {}
     for ln in lines:
         norms = {int(c): float(v) for c, v in (ln.get("update_norms") or {}).items()}
@@ -237,6 +259,27 @@ def flag_clients(audit: Audit, lines: Sequence[dict[str, Any]], s: AuditSettings
                 f"the round's median; round {r}: {v:.3g} vs {median:.3g}",
             )
         )
+    return flags
+
+
+def _starved_class_flags(audit: Audit, s: AuditSettings, uniform: float) -> list[Flag]:
+    """A class held (by the round-0 descriptions) by one client only, whose weight is under
+    ``starved_weight`` × 1/N: one flag per such client, naming its classes."""
+    held = audit.described > 0
+    flags = []
+    for i in range(audit.num_clients):
+        alone = [k for k in range(held.shape[1]) if held[i, k] and held[:, k].sum() == 1]
+        w = float(audit.weights[i])
+        if alone and w < s.starved_weight * uniform:
+            classes = ", ".join(f"class {k} ({int(audit.described[i, k])} samples)" for k in alone)
+            flags.append(
+                Flag(
+                    i,
+                    "starved class",
+                    f"the only client holding {classes} has weight {w:.3g} < {s.starved_weight:g} × 1/N: "
+                    "the global model may not learn " + ("it" if len(alone) == 1 else "them"),
+                )
+            )
     return flags
 
 
@@ -295,6 +338,17 @@ def ground_truth(run_dir: Path, s: AuditSettings | None = None) -> dict[str, lis
     totals = counts.sum(axis=0)
     dominant = (counts >= s.dominant_share * np.where(totals > 0, totals, np.inf)).any(axis=1)
     truth["maverick"] = [int(i) for i in np.flatnonzero(dominant)]
+    # a class's only holder by the partition, starved by the run's final weights (the split's truth about who
+    # holds what; the weights are the method's own doing)
+    summary = read_summary(run_dir)
+    weights = summary.get("contributions")
+    sole = [
+        int(i)
+        for i in range(len(counts))
+        if any(counts[i, k] > 0 and (counts[:, k] > 0).sum() == 1 for k in range(counts.shape[1]))
+    ]
+    if weights is not None:
+        truth["starved class"] = [i for i in sole if weights[i] < s.starved_weight / len(counts)]
     config = tomllib.loads((run_dir / CONFIG_FILE).read_text())
     guards = load_run_config(run_dir / CONFIG_FILE).guards  # as the run ran (defaults it did not set)
     refused = {"nan"}  # non-finite updates are always refused; the others only by the guards that catch them
