@@ -38,9 +38,16 @@ def test_rows_and_findings_from_records(tmp_path):
             write(
                 tmp_path / "dir-1.0" / "methods" / f"{method}-seed{seed}.json",
                 {
+                    "method": method,
                     "seed": seed,
                     "commits": ["abc1234"],
                     "values": {
+                        "flags": {
+                            "free-rider suspect": [4] if method == "celm" else [],
+                            "maverick": [1],
+                            "starved class": [],
+                        },
+                        "truth": {"free-rider suspect": [], "maverick": [1, 3], "starved class": []},
                         "contributions": contributions.tolist(),
                         "sizes": [5, 30, 15, 10, 1, 20],
                         "standalone": None,
@@ -60,3 +67,9 @@ def test_rows_and_findings_from_records(tmp_path):
     found = "\n".join(study.findings(tmp_path))
     # CELM beats sample shares by the same margin in every seed: no spread, not resolved (fedhet.verdicts)
     assert "CELM ranks clients more like exact Shapley than sample share: dir-1.0: **not resolved**" in found
+    audit = study.audit_table(tmp_path)
+    # 2 methods × 3 seeds: maverick flagged client 1 (true) every time, missed client 3 every time; CELM's
+    # free-rider flag on client 4 is false every time
+    assert "| maverick | all | 6 | 0 | 6 | 100 % | 50 % |" in audit
+    assert "| free-rider suspect | all | 0 | 3 | 0 | 0 % | — (no true case) |" in audit
+    assert "| free-rider suspect | cgsv | 0 | 0 | 0 | — (nothing flagged) | — (no true case) |" in audit

@@ -57,6 +57,9 @@ LABELS = {
     "banzhaf": "Banzhaf (exact)",
 }
 GROUND_TRUTH = "exact-shapley"
+#: the audit's flags validated here against the planted roles (the split's free rider, a class's sole or
+#: dominant holder, a starved sole holder: fedhet.report.audit.ground_truth)
+AUDITED = ("free-rider suspect", "maverick", "starved class")
 
 
 def cells() -> list[CompareCell]:
@@ -83,7 +86,15 @@ def run_values(cell: CompareCell, run: Path, method: str) -> dict[str, Any]:
     contributions = summary.get("contributions")
     if contributions is None and (run / "records.json").is_file():
         contributions = json.loads((run / "records.json").read_text()).get("submodel", {}).get("reputation")
+    audit: dict[str, Any] = {}
+    if method != "fedavg":  # the audit's flags and, for validating them, what the split knows
+        from fedhet.report.audit import AuditSettings, ground_truth, load_audit
+
+        found = load_audit(run, AuditSettings())
+        truth = ground_truth(run)
+        audit = {"flags": {k: found.flagged(k) for k in AUDITED}, "truth": {k: truth[k] for k in AUDITED}}
     return {
+        **audit,
         "contributions": contributions,
         "estimates": summary.get("estimates"),
         "sizes": summary.get("client_sizes"),
@@ -278,6 +289,15 @@ def write_page(paths: list[Path], options: Mapping[str, Any]) -> str:
             "",
             *(findings(records) or ["- no federation has paired seeds yet"]),
             "",
+            "## The audit's flags against the planted roles",
+            "",
+            "`fedhet audit` on every method's run of every federation and seed (it reads only what the "
+            "server knew), each flag's clients against what the split planted: the free rider of "
+            "`free-rider`, a class's sole or dominant holder (≥ 50 % of its samples), a sole holder whose "
+            "final weight is under 0.1 × 1/N. Pooled over (run, client) pairs.",
+            "",
+            audit_table(records),
+            "",
             "## Agreement with exact Shapley, per federation",
             "",
             table([], {"records": records}),
@@ -285,6 +305,39 @@ def write_page(paths: list[Path], options: Mapping[str, Any]) -> str:
     )
     page.write_text(text.rstrip() + "\n")
     return f"wrote {page}"
+
+
+def audit_table(records: Path) -> str:
+    """Per flag and method: true and false positives and misses against the planted roles, pooled over
+    federations and seeds, with precision and recall; every (run, client) pair counts."""
+    from fedhet.reproduce.store import read_record
+
+    counts: dict[tuple[str, str], dict[str, int]] = {}
+    for name in FEDERATIONS:
+        for path in sorted((records / name / "methods").glob("*-seed*.json")):
+            record = read_record(path)
+            values = (record or {}).get("values", {})
+            if "flags" not in values:
+                continue
+            for kind in AUDITED:
+                flagged, true = set(values["flags"][kind]), set(values["truth"][kind])
+                for key in ((kind, "all"), (kind, record["method"])):
+                    c = counts.setdefault(key, {"tp": 0, "fp": 0, "fn": 0})
+                    c["tp"] += len(flagged & true)
+                    c["fp"] += len(flagged - true)
+                    c["fn"] += len(true - flagged)
+    lines = [
+        "| flag | method | true positives | false positives | missed | precision | recall |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for (kind, method), c in sorted(
+        counts.items(), key=lambda kv: (AUDITED.index(kv[0][0]), kv[0][1] != "all", kv[0][1])
+    ):
+        flagged, true = c["tp"] + c["fp"], c["tp"] + c["fn"]
+        precision = f"{100 * c['tp'] / flagged:.0f} %" if flagged else "— (nothing flagged)"
+        recall = f"{100 * c['tp'] / true:.0f} %" if true else "— (no true case)"
+        lines.append(f"| {kind} | {method} | {c['tp']} | {c['fp']} | {c['fn']} | {precision} | {recall} |")
+    return "\n".join(lines) if len(lines) > 2 else "no audited runs in the records yet"
 
 
 STUDY = Study(
