@@ -1,4 +1,4 @@
-"""The audit's "starved class" finding: the only client that described holding a class, given a weight under
+"""The audit's "starved class" finding, and its maverick flag read from the round-0 descriptions: the only client that described holding a class, given a weight under
 0.1 × 1/N, is named (the global model may not learn that class); a method that gives it a fair share is not
 flagged. Known answers from the split (client 0 alone holds class 0) and the run's own weights."""
 
@@ -30,6 +30,9 @@ def test_a_starved_sole_holder_is_named(tmp_path, method):
     starved = weight < 0.1 / 6
     assert audit.flagged("starved class") == ([0] if starved else [])
     assert ground_truth(run)["starved class"] == ([0] if starved else [])
+    # the maverick flag reads the same descriptions, for any method: client 0 alone holds class 0
+    maverick = [f for f in audit.flags if f.kind == "maverick" and f.client == 0]
+    assert maverick and "class 0: sole holder (100 % of its described samples)" in maverick[0].evidence
     if method == "cffl":  # CFFL's reputation leaves client 0 out here (seed 0); CELM keeps its share
         assert starved
         flag = next(f for f in audit.flags if f.kind == "starved class")

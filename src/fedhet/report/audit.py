@@ -14,8 +14,9 @@ The flags, each with the numbers behind it (thresholds in :class:`AuditSettings`
   without class-wise evidence, a weight below ``low_weight`` × 1/N in at least ``persistent`` of the rounds;
   never a client rejected or failed in the round its final weight comes from (its 0 is the server's
   doing: the rejected / failed flags name it);
-- **maverick**: the client holds at least ``dominant_share`` of the de-biased evidence of a class (CELM;
-  "sole" from ``sole_share``);
+- **maverick**: the client holds at least ``dominant_share`` of a class's samples as the clients described
+  them in round 0 ("sole" from ``sole_share``); for a run recorded without the descriptions, of CELM's
+  de-biased evidence of the class;
 - **rejected updates** / **failed rounds**: the rounds the server refused the client's update or got none,
   with the first reason;
 - **clipped updates**: the rounds the clipping guard shortened the client's update
@@ -205,7 +206,13 @@ def flag_clients(audit: Audit, lines: Sequence[dict[str, Any]], s: AuditSettings
         # it: the rejected / failed flags below say so; calling it a free rider would claim it sent nothing.
         unused = set(lost_clients(last_aggregated_line(lines)))
         flags += [f for f in _free_rider_flags(audit, s, uniform) if f.client not in unused]
-    shares = audit.class_shares
+    # who holds a class: the samples each client described in round 0 (what it holds, as the server was
+    # told), else CELM's de-biased evidence (runs recorded before summaries kept the descriptions)
+    shares, what = audit.class_shares, "evidence"
+    if audit.described is not None:
+        totals = audit.described.sum(axis=0, keepdims=True)
+        shares = np.divide(audit.described, totals, out=np.zeros_like(audit.described), where=totals > 0)
+        what = "described samples"
     if shares is not None:
         for i in range(n):
             held = [
@@ -214,8 +221,7 @@ def flag_clients(audit: Audit, lines: Sequence[dict[str, Any]], s: AuditSettings
             if held:
                 text = ", ".join(
                     f"class {k}: {'sole' if v >= s.sole_share else 'dominant'} holder "
-                    f"({100 * v:.0f} % of its "
-                    f"evidence)"
+                    f"({100 * v:.0f} % of its {what})"
                     for k, v in held
                 )
                 flags.append(Flag(i, "maverick", text + f"; weight {w[i]:.3f} = {w[i] / uniform:.2f} × 1/N"))
