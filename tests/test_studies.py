@@ -277,7 +277,10 @@ def test_the_study_command_lists_tabulates_draws_and_refuses_clearly(tmp_path, c
 
     assert main(["study"]) == 0
     listed = capsys.readouterr().out
-    assert "robustness: hostile clients" in listed and "6 studies" in listed
+    from fedhet.studies import STUDIES
+
+    assert "robustness: hostile clients" in listed and f"{len(STUDIES)} studies" in listed
+    assert all(f"{name}:" in listed for name in STUDIES)
     # a robustness table and its figure from runs made earlier (here: written by hand)
     lines = [{"aggregation_weights": {"0": 0.1}}]
     _robustness_run(tmp_path / "runs" / "noise/f1" / "undefended", "fedavg", 0, 0.5, lines)
