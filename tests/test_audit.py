@@ -20,7 +20,8 @@ def _tmp_cache(tmp_path, monkeypatch):
 
 def synthetic_audit() -> tuple[Audit, list[dict]]:
     """Four clients, four classes. By construction: client 0 has a low weight and evidence on one class
-    (a free-rider suspect); client 1 holds 60 % of class 2's evidence (a maverick, 'dominant'); client
+    (low marginal value: its evidence moved as the others' did, so it is no free rider); client 1 holds
+    60 % of class 2's evidence (a maverick, 'dominant'); client
     3's updates vanish in rounds 2 and 3 (stale); client 2 was rejected in round 1 and failed in round 3;
     client 1's updates were clipped in rounds 2 and 3 (to 0.8 and 0.5 of their norms)."""
     debiased = [
@@ -64,7 +65,7 @@ def test_flags_on_a_hand_built_run():
     # 0.6 >= 0.5 on class 2. Stale: round 2 median 1.0, client 3 sends 0.0; round 3 median 1.0, 0.005 < 0.01;
     # round 1 median 1.1, nobody below 0.011. Evidence did not move for anyone: median change 0, no flatness.
     assert [(f.client, f.kind, f.evidence) for f in flags] == [
-        (0, "free-rider suspect", "weight 0.100 = 0.40 × 1/N; evidence on 1 of 4 classes (share ≥ 1/(2N))"),
+        (0, "low marginal value", "weight 0.100 = 0.40 × 1/N; evidence on 1 of 4 classes (share ≥ 1/(2N))"),
         (1, "maverick", "class 2: dominant holder (60 % of its evidence); weight 0.300 = 1.20 × 1/N"),
         (2, "rejected updates", "1 round(s) (1); round 1: update norm 9 exceeds 10 × the round's median"),
         (1, "clipped updates", "2 round(s) (2, 3); smallest scale 0.5 (round 3)"),
@@ -74,7 +75,7 @@ def test_flags_on_a_hand_built_run():
     ]  # fmt: skip
 
 
-def test_flat_evidence_and_persistent_low_weight_make_free_rider_suspects():
+def test_flat_evidence_makes_a_free_rider_suspect_and_a_lasting_low_weight_low_marginal_value():
     audit, _ = synthetic_audit()
     # every client covers every class; client 0's evidence moves 0.05 while the others' move 1.0 (median 1.0)
     audit.class_shares = np.full((4, 4), 0.25)
@@ -84,13 +85,16 @@ def test_flat_evidence_and_persistent_low_weight_make_free_rider_suspects():
     flags = flag_clients(audit, [], AuditSettings())
     assert [(f.client, f.kind) for f in flags] == [(0, "free-rider suspect")]
     assert "evidence moved 0.050 over the warm-up against the clients' median 1.000" in flags[0].evidence
-    assert flag_clients(audit, [], AuditSettings(flat_change=0.04)) == []  # 0.05 is not below 0.04 × 1.0
+    # 0.05 is not below 0.04 × 1.0: its model learnt something, so its low weight is low marginal value
+    assert [(f.client, f.kind) for f in flag_clients(audit, [], AuditSettings(flat_change=0.04))] == [
+        (0, "low marginal value")
+    ]
     # a method without class evidence: low in >= 80 % of its rounds (4 of 5 here), not in 3 of 5
     audit.class_shares, audit.evidence_rounds = None, []
     audit.history = [(r, [0.1 if r <= 4 else 0.3, 0.3, 0.3, 0.3]) for r in range(1, 6)]
     flags = flag_clients(audit, [], AuditSettings())
-    assert [(f.client, f.evidence.split("; ")[1]) for f in flags] == [
-        (0, "below 0.75 × 1/N in 4 of 5 rounds")
+    assert [(f.client, f.kind, f.evidence.split("; ")[1]) for f in flags] == [
+        (0, "low marginal value", "below 0.75 × 1/N in 4 of 5 rounds")
     ]
     audit.history = [(r, [0.1 if r <= 3 else 0.3, 0.3, 0.3, 0.3]) for r in range(1, 6)]
     assert flag_clients(audit, [], AuditSettings()) == []
@@ -152,3 +156,18 @@ def test_audit_refuses_runs_without_contributions_and_says_which(tmp_path, capsy
 
     with pytest.raises(ConfigError, match="records no contributions or rewards; the audit reads runs of"):
         load_audit(run)
+
+
+def test_a_low_weight_is_a_free_rider_only_where_the_evidence_did_not_move():
+    """Clients 0 and 1 both get 0.1 (< 0.75 × 1/4). Client 0's raw evidence is the same in both warm-up
+    rounds (change 0: its model learnt nothing): a free-rider suspect. Client 1's moved by 0.5 of its norm,
+    as everyone else's (median 0.5): an honest client the method values little, "low marginal value"."""
+    audit, _ = synthetic_audit()
+    first = [[2.0, 0.0, 0.0, 0.0], [1.0, 1.0, 1.0, 1.0], [1.0, 1.0, 1.0, 1.0], [1.0, 1.0, 1.0, 1.0]]
+    last = [[2.0, 0.0, 0.0, 0.0], [1.5, 1.5, 1.5, 1.5], [1.5, 1.5, 1.5, 1.5], [1.5, 1.5, 1.5, 1.5]]
+    audit.evidence_rounds = [{"round": 1, "raw": first}, {"round": 2, "raw": last}]
+    audit.weights = np.array([0.1, 0.1, 0.4, 0.4])
+    flags = {(f.client, f.kind): f.evidence for f in flag_clients(audit, [], AuditSettings())}
+    assert flags[(0, "free-rider suspect")].startswith("weight 0.100 = 0.40 × 1/N; evidence moved 0.000")
+    assert (1, "low marginal value") in flags and (1, "free-rider suspect") not in flags
+    assert (0, "low marginal value") not in flags  # one finding per client

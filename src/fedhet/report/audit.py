@@ -8,12 +8,14 @@ for :func:`ground_truth`, which validates the flags (``fedhet study audit-valida
 The flags, each with the numbers behind it (thresholds in :class:`AuditSettings`):
 
 - **free-rider suspect**: a final weight below ``low_weight`` × 1/N (0.75: a quarter under an equal
-  share), and either evidence on few classes
-  (class shares ≥ 1/(2N) on fewer than half the classes, CELM) or evidence that barely moved over the
-  warm-up rounds (relative change below ``flat_change`` × the clients' median, CELM), or, for a method
-  without class-wise evidence, a weight below ``low_weight`` × 1/N in at least ``persistent`` of the rounds;
-  never a client rejected or failed in the round its final weight comes from (its 0 is the server's
-  doing: the rejected / failed flags name it);
+  share) from a client whose updates carried no information: CELM's evidence barely moved over the warm-up
+  (relative change below ``flat_change`` × the clients' median); never a client rejected or failed in the
+  round its final weight comes from (its 0 is the server's doing: the rejected / failed flags name it);
+- **low marginal value**: a final weight below ``low_weight`` × 1/N with updates that did carry
+  information (for a method without class-wise evidence: a weight that low in at least ``persistent`` of
+  the rounds), with CELM's evidence on few classes named where it is (class shares ≥ 1/(2N) on fewer than
+  half the classes): the method values the client's data little (redundant with the others', or little of
+  it); an honest client's finding, not an accusation;
 - **maverick**: the client holds at least ``dominant_share`` of a class's samples as the clients described
   them in round 0 ("sole" from ``sole_share``); for a run recorded without the descriptions, of CELM's
   de-biased evidence of the class;
@@ -59,8 +61,8 @@ from fedhet.report.artifacts import celm_evidence, float_array
 from fedhet.report.markdown import find_runs
 
 FLAGS = (
-    "free-rider suspect", "maverick", "rejected updates", "clipped updates", "failed rounds", "stale uploads",
-    "starved class",
+    "free-rider suspect", "low marginal value", "maverick", "rejected updates", "clipped updates",
+    "failed rounds", "stale uploads", "starved class",
 )  # fmt: skip
 
 
@@ -205,7 +207,7 @@ def flag_clients(audit: Audit, lines: Sequence[dict[str, Any]], s: AuditSettings
         # A client refused or lost in the round its weight comes from holds 0 because the server did not use
         # it: the rejected / failed flags below say so; calling it a free rider would claim it sent nothing.
         unused = set(lost_clients(last_aggregated_line(lines)))
-        flags += [f for f in _free_rider_flags(audit, s, uniform) if f.client not in unused]
+        flags += [f for f in _low_weight_flags(audit, s, uniform) if f.client not in unused]
     # who holds a class: the samples each client described in round 0 (what it holds, as the server was
     # told), else CELM's de-biased evidence (runs recorded before summaries kept the descriptions)
     shares, what = audit.class_shares, "evidence"
@@ -289,37 +291,37 @@ def _starved_class_flags(audit: Audit, s: AuditSettings, uniform: float) -> list
     return flags
 
 
-def _free_rider_flags(audit: Audit, s: AuditSettings, uniform: float) -> list[Flag]:
+def _low_weight_flags(audit: Audit, s: AuditSettings, uniform: float) -> list[Flag]:
+    """Clients whose final weight is under ``low_weight`` × 1/N, each flagged once: a **free-rider suspect**
+    where its updates carried no information (CELM's evidence barely moved over the warm-up: the client's
+    model learnt nothing the probes can see), else **low marginal value** (the method values its data little:
+    redundant with the others', or little of it), with the reasons found. A client with redundant data is an
+    honest one; only the first is an accusation."""
     w, shares = audit.weights, audit.class_shares
     change = evidence_change(audit.evidence_rounds)
+    median = float(np.median(change)) if change is not None else 0.0
     flags = []
     for i in range(audit.num_clients):
         if not (w[i] < s.low_weight * uniform):
             continue
-        reasons = []
+        weight = f"weight {w[i]:.3f} = {w[i] / uniform:.2f} × 1/N"
+        if change is not None and median > 0 and change[i] < s.flat_change * median:
+            evidence = (
+                f"evidence moved {change[i]:.3f} over the warm-up against the clients' median {median:.3f}"
+            )
+            flags.append(Flag(i, "free-rider suspect", f"{weight}; {evidence}"))
+            continue
+        reasons, lasting = [], True
         if shares is not None:
             covered = int(np.sum(shares[i] >= 0.5 * uniform))
             if covered < shares.shape[1] / 2:
                 reasons.append(f"evidence on {covered} of {shares.shape[1]} classes (share ≥ 1/(2N))")
-        if change is not None:
-            median = float(np.median(change))
-            if median > 0 and change[i] < s.flat_change * median:
-                reasons.append(
-                    f"evidence moved {change[i]:.3f} over the warm-up against the clients' median "
-                    f"{median:.3f}"
-                )
-        if shares is None and audit.history:
+        elif audit.history:  # without evidence, a weight that low in most rounds, not a last-round dip
             low = sum(1 for _, h in audit.history if h[i] < s.low_weight * uniform)
-            if low >= s.persistent * len(audit.history):
-                reasons.append(f"below {s.low_weight:g} × 1/N in {low} of {len(audit.history)} rounds")
-        if reasons:
-            flags.append(
-                Flag(
-                    i,
-                    "free-rider suspect",
-                    f"weight {w[i]:.3f} = {w[i] / uniform:.2f} × 1/N; " + "; ".join(reasons),
-                )
-            )
+            lasting = low >= s.persistent * len(audit.history)
+            reasons.append(f"below {s.low_weight:g} × 1/N in {low} of {len(audit.history)} rounds")
+        if lasting:
+            flags.append(Flag(i, "low marginal value", "; ".join([weight, *reasons])))
     return flags
 
 
@@ -335,7 +337,9 @@ def ground_truth(run_dir: Path, s: AuditSettings | None = None) -> dict[str, lis
     """The clients each flag should name, from the simulation's own records: the split's free rider, the
     holders of ≥ ``dominant_share`` of a class's samples (partition.json), the injected faults ([faults])."""
     s = s or AuditSettings()
-    truth: dict[str, list[int]] = {kind: [] for kind in FLAGS}
+    # "low marginal value" has no truth here: it needs every coalition's value (fedhet shapley; the
+    # contribution-estimators study judges it against exact Shapley)
+    truth: dict[str, list[int]] = {kind: [] for kind in FLAGS if kind != "low marginal value"}
     part = json.loads((run_dir / PARTITION_FILE).read_text())
     info = part.get("info", {})
     if info.get("free_rider") is not None:

@@ -36,7 +36,8 @@ def cells() -> list[CompareCell]:
 
 def table(dirs: list[Path], options: Mapping[str, Any]) -> str:
     out, settings = dirs[0], AuditSettings()
-    counts = {kind: {"tp": 0, "fp": 0, "fn": 0} for kind in FLAGS}
+    kinds = [kind for kind in FLAGS if kind != "low marginal value"]  # no truth for it here (ground_truth)
+    counts = {kind: {"tp": 0, "fp": 0, "fn": 0} for kind in kinds}
     by_method: dict[tuple[str, str], dict[str, int]] = {}
     by_setting: dict[str, list[str]] = {}
     for name in SETTINGS:
@@ -45,7 +46,7 @@ def table(dirs: list[Path], options: Mapping[str, Any]) -> str:
         for run_dir in find_runs([out / name]):
             audit = load_audit(run_dir, settings)
             truth = ground_truth(run_dir, settings)
-            for kind in FLAGS:
+            for kind in kinds:
                 flagged, true = set(audit.flagged(kind)), set(truth[kind])
                 for c in (
                     counts[kind],
@@ -58,7 +59,7 @@ def table(dirs: list[Path], options: Mapping[str, Any]) -> str:
                 f"{audit.method} seed {audit.seed}: "
                 + "; ".join(
                     f"{k} flagged {audit.flagged(k)} / true {truth[k]}"
-                    for k in FLAGS
+                    for k in kinds
                     if audit.flagged(k) or truth[k]
                 )
             )
@@ -67,7 +68,7 @@ def table(dirs: list[Path], options: Mapping[str, Any]) -> str:
         "|---|---|---|---|---|---|---|",
     ]
     rows = [((kind, "all"), c) for kind, c in counts.items()] + sorted(by_method.items())
-    for (kind, method), c in sorted(rows, key=lambda r: (FLAGS.index(r[0][0]), r[0][1] != "all", r[0][1])):
+    for (kind, method), c in sorted(rows, key=lambda r: (kinds.index(r[0][0]), r[0][1] != "all", r[0][1])):
         flagged, true = c["tp"] + c["fp"], c["tp"] + c["fn"]
         precision = f"{100 * c['tp'] / flagged:.0f} %" if flagged else "— (nothing flagged)"
         recall = f"{100 * c['tp'] / true:.0f} %" if true else "— (no true case)"
