@@ -44,6 +44,7 @@ def test_rows_and_findings_from_records(tmp_path):
                     "values": {
                         "flags": {
                             "free-rider suspect": [4] if method == "celm" else [],
+                            "low marginal value": [0, 4] if method == "celm" else [1],
                             "maverick": [1],
                             "starved class": [],
                         },
@@ -73,3 +74,6 @@ def test_rows_and_findings_from_records(tmp_path):
     assert "| maverick | all | 6 | 0 | 6 | 100 % | 50 % |" in audit
     assert "| free-rider suspect | all | 0 | 3 | 0 | 0 % | — (no true case) |" in audit
     assert "| free-rider suspect | cgsv | 0 | 0 | 0 | — (nothing flagged) | — (no true case) |" in audit
+    # low marginal value against exact Shapley: own worth under 0.75 × 0.81 / 6 = 0.10125 → clients 0, 2, 4;
+    # per seed CELM names 0 and 4 (2 right, client 2 missed), CGSV names 1 (wrong; 0, 2 and 4 missed)
+    assert "| low marginal value | all | 6 | 3 | 12 | 67 % | 33 % |" in audit

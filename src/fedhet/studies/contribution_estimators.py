@@ -59,7 +59,7 @@ LABELS = {
 GROUND_TRUTH = "exact-shapley"
 #: the audit's flags validated here against the planted roles (the split's free rider, a class's sole or
 #: dominant holder, a starved sole holder: fedhet.report.audit.ground_truth)
-AUDITED = ("free-rider suspect", "maverick", "starved class")
+AUDITED = ("free-rider suspect", "low marginal value", "maverick", "starved class")
 
 
 def cells() -> list[CompareCell]:
@@ -92,7 +92,10 @@ def run_values(cell: CompareCell, run: Path, method: str) -> dict[str, Any]:
 
         found = load_audit(run, AuditSettings())
         truth = ground_truth(run)
-        audit = {"flags": {k: found.flagged(k) for k in AUDITED}, "truth": {k: truth[k] for k in AUDITED}}
+        audit = {
+            "flags": {k: found.flagged(k) for k in AUDITED},
+            "truth": {k: truth[k] for k in AUDITED if k in truth},
+        }
     return {
         **audit,
         "contributions": contributions,
@@ -294,7 +297,8 @@ def write_page(paths: list[Path], options: Mapping[str, Any]) -> str:
             "`fedhet audit` on every method's run of every federation and seed (it reads only what the "
             "server knew), each flag's clients against what the split planted: the free rider of "
             "`free-rider`, a class's sole or dominant holder (≥ 50 % of its samples), a sole holder whose "
-            "final weight is under 0.1 × 1/N. Pooled over (run, client) pairs.",
+            "final weight is under 0.1 × 1/N; for low marginal value, an exact Shapley value under 0.75 × "
+            "an equal share of the total. Pooled over (run, client) pairs.",
             "",
             audit_table(records),
             "",
@@ -307,6 +311,24 @@ def write_page(paths: list[Path], options: Mapping[str, Any]) -> str:
     return f"wrote {page}"
 
 
+def _low_shapley(records: Path, name: str) -> dict[int, list[int]]:
+    """Per seed, the clients of low marginal value by the definition: an exact Shapley value under
+    ``AuditSettings.low_weight`` × an equal share of the total (the audit's threshold on weights)."""
+    from fedhet.ground_truth.coalitions import CoalitionUtilities
+    from fedhet.ground_truth.values import shapley_values
+    from fedhet.report.audit import AuditSettings
+    from fedhet.reproduce.store import read_record
+
+    low = AuditSettings().low_weight
+    out = {}
+    for path in sorted((records / name / GROUND_TRUTH).glob("fedavg-seed*.json")):
+        record = read_record(path)
+        if record:
+            phi = shapley_values(CoalitionUtilities.from_json(record["coalitions"]).utilities["accuracy"])
+            out[int(record["seed"])] = [int(i) for i in np.flatnonzero(phi < low * phi.sum() / len(phi))]
+    return out
+
+
 def audit_table(records: Path) -> str:
     """Per flag and method: true and false positives and misses against the planted roles, pooled over
     federations and seeds, with precision and recall; every (run, client) pair counts."""
@@ -314,13 +336,19 @@ def audit_table(records: Path) -> str:
 
     counts: dict[tuple[str, str], dict[str, int]] = {}
     for name in FEDERATIONS:
+        low_value = _low_shapley(records, name)
         for path in sorted((records / name / "methods").glob("*-seed*.json")):
             record = read_record(path)
             values = (record or {}).get("values", {})
             if "flags" not in values:
                 continue
+            truths = {**values["truth"]}
+            if record["seed"] in low_value:
+                truths["low marginal value"] = low_value[record["seed"]]
             for kind in AUDITED:
-                flagged, true = set(values["flags"][kind]), set(values["truth"][kind])
+                if kind not in truths or kind not in values["flags"]:
+                    continue
+                flagged, true = set(values["flags"][kind]), set(truths[kind])
                 for key in ((kind, "all"), (kind, record["method"])):
                     c = counts.setdefault(key, {"tp": 0, "fp": 0, "fn": 0})
                     c["tp"] += len(flagged & true)
