@@ -52,12 +52,13 @@ CASES: dict[str, dict] = {
     "step-quantity": {"gamma": 0.01},  # the default 0.05 violates |gamma| < 2/(N(N-1)) at N = 10
     "maverick": {},
     "free-rider": {},
+    "duplicate": {},
     "labeled-unlabeled": {},
 }
 # Splits that sample with replacement: a client may repeat an index (cla; the free rider's tiling) ...
 REPEATS_WITHIN = {"cla", "free-rider"}
-# ... and clients may share indices (cla draws every client from the same class pools).
-OVERLAP_ACROSS = {"cla"}
+# ... and clients may share indices (cla draws every client from the same class pools; duplicate's copy).
+OVERLAP_ACROSS = {"cla", "duplicate"}
 # Splits that hand out every sample of the pool.
 USES_ALL = {"iid", "dirichlet-per-client", "dirichlet-per-class", "dirichlet-prior", "dirichlet-pairs"}
 
@@ -516,3 +517,16 @@ def test_sites_gives_each_client_exactly_its_rows_and_refuses_a_count_mismatch()
         make_partition("sites", labels, 3, 0, site_of=np.array([0, 0, 2, 2, 0, 2, 0]))
     with pytest.raises(ConfigError, match="rows name their client"):
         make_partition("sites", labels, 3, 0)
+
+
+def test_duplicate_gives_one_client_an_exact_copy_of_another(fmnist: np.ndarray) -> None:
+    part = make_partition("duplicate", fmnist, 10, 0, {"source": 2, "copy": 7})
+    assert np.array_equal(part.clients[7], part.clients[2]) and part.clients[2].size > 0
+    # the nine others are a dirichlet-per-class split: every sample of the pool exactly once
+    others = np.concatenate([c for i, c in enumerate(part.clients) if i != 7])
+    assert np.array_equal(np.sort(others), np.arange(len(fmnist)))
+    assert part.info["duplicate"] == {"source": 2, "copy": 7}
+    with pytest.raises(ConfigError, match="source and copy are both client 3"):
+        make_partition("duplicate", fmnist, 10, 0, {"source": 3, "copy": 3})
+    with pytest.raises(ConfigError, match="do not exist"):
+        make_partition("duplicate", fmnist, 10, 0, {"copy": 10})

@@ -1,5 +1,5 @@
 """How well does each contribution estimator rank clients? Every estimator fedhet has, against exact Shapley
-values, on small federations with known structure (docs/contributions.md; the page
+values, on seven small federations with known structure (docs/contributions.md; the page
 docs/results/contribution-estimators.md).
 
 Each federation is the shipped experiment ``contributions/digits-n6`` (digits, 6 clients, 30 rounds, a tenth
@@ -39,6 +39,7 @@ FEDERATIONS: dict[str, dict[str, Any]] = {
     "free-rider": {"data.split": "free-rider", "data.split_params": {"free_rider": 0, "actual_size": 10}},
     "step-quantity": {"data.split": "step-quantity", "data.split_params": {"gamma": 0.05}},
     "pow": {"data.split": "pow", "data.split_params": {"samples_per_client": 200}},
+    "duplicate": {"data.split": "duplicate", "data.split_params": {"source": 0, "copy": 1}},
 }
 
 METHODS = ("celm", "cgsv", "shapfed", "iafl", "cffl", "fedrac", "fedsac")
@@ -370,7 +371,7 @@ def audit_table(records: Path) -> str:
 
 STUDY = Study(
     name="contribution-estimators",
-    title="every contribution estimator against exact Shapley values on six digits federations",
+    title="every contribution estimator against exact Shapley values on seven digits federations",
     page="docs/results/contribution-estimators.md",
     default_out="runs/contribution-estimators",
     default_seeds=3,

@@ -167,3 +167,49 @@ def free_rider(
         "free_rider_source": source,
     }
     return Partition(clients=shards, info=info)
+
+
+@_register(
+    "duplicate",
+    (
+        SplitParam(
+            "alpha", float, 1.0, "Dir-class concentration of the split over the other clients.", 0.0, True
+        ),
+        SplitParam("source", int, 0, "The client whose samples are copied.", 0),
+        SplitParam("copy", int, 1, "The client that holds an exact copy of the source's samples.", 0),
+    ),
+    doc="Duplicate (a planted role for contribution estimates): a dirichlet-per-class split over N − 1 "
+    "clients; client copy holds exactly the samples of client source (its data adds nothing the source's "
+    "does not).",
+)
+def duplicate(
+    labels: np.ndarray,
+    num_clients: int,
+    rng: np.random.Generator,
+    num_classes: int,
+    alpha: float,
+    source: int,
+    copy: int,
+) -> Partition:
+    """Dirichlet-per-class(α) shards for the N − 1 clients other than ``copy`` (in client order), then
+    ``copy`` gets the same index array as ``source``: two clients, one dataset. Exact Shapley gives them
+    equal values; leave-one-out gives each about 0, since the other still holds the data."""
+    if num_clients < 3:
+        raise ConfigError(
+            f"split 'duplicate' needs at least 3 clients (a source, its copy, another), got {num_clients}"
+        )
+    bad = [c for c in (source, copy) if c >= num_clients]
+    if bad:
+        raise ConfigError(
+            f"split 'duplicate': client(s) {bad} do not exist; clients are 0..{num_clients - 1}"
+        )
+    if source == copy:
+        raise ConfigError(f"split 'duplicate': source and copy are both client {source}; choose two clients")
+    shards = iter(
+        SPLITS["dirichlet-per-class"]
+        .fn(labels, num_clients - 1, rng, num_classes, alpha=alpha, min_size=10)
+        .clients
+    )
+    clients = [np.empty(0, dtype=np.int64) if i == copy else next(shards) for i in range(num_clients)]
+    clients[copy] = clients[source].copy()
+    return Partition(clients=clients, info={"duplicate": {"source": source, "copy": copy}})
