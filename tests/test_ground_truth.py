@@ -101,9 +101,16 @@ def digits(clients=3, rounds=2, **more):
     return cfg
 
 
-@pytest.mark.parametrize("momentum", [0.0, 0.5])  # the fused closed-form step, and the gradient-then-step one
-def test_coalitions_trained_together_equal_one_run_per_coalition(momentum):
-    cfg = digits(**{"train.momentum": momentum})
+@pytest.mark.parametrize(
+    "more",
+    [
+        {},  # the fused closed-form step
+        {"train.momentum": 0.5},  # the gradient-then-step one
+        {"faults.clients.1": "label-flip"},  # a client whose labels are wrong, in every coalition it joins
+    ],
+)
+def test_coalitions_trained_together_equal_one_run_per_coalition(more):
+    cfg = digits(**more)
     together = coalitions.train_together(cfg, keep_weights=True)
     alone = coalitions.train_one_at_a_time(cfg, keep_weights=True)
     # float reassociation only (stacked products, an index_add_ for the average): 1e-5 of weights of ~0.3
@@ -146,6 +153,8 @@ def test_what_has_no_ground_truth_is_refused():
         coalitions.train_together(digits(**{"train.clients_per_round": 0.5}))
     with pytest.raises(ConfigError, match="one_at_a_time"):
         coalitions.train_together(digits(**{"method.name": "fedprox"}))
+    with pytest.raises(ConfigError, match="faults given: noise"):
+        coalitions.train_together(digits(**{"faults.clients.0": "noise"}))
 
 
 # -- the command ---------------------------------------------------------------------------------------------

@@ -47,6 +47,10 @@ GUARDS_OFF = {
     "guards.min_update_cosine": None,
 }
 
+#: The [faults] that are a property of a client's data, not of what it sends: they belong to the federation
+#: whose coalitions are valued (a client with wrong labels), and every coalition holding it trains on them.
+DATA_FAULTS = ("label-flip",)
+
 #: The most clients fedhet trains every coalition of (2^12 − 1 = 4,095 coalitions).
 MAX_CLIENTS = 12
 
@@ -108,10 +112,14 @@ def check_federation(cfg: ExperimentConfig) -> int:
             f"train.clients_per_round = {cpr}: a coalition's utility is defined with every member taking "
             "part in every round; set train.clients_per_round = 1.0"
         )
-    if cfg.train.client_dropout or cfg.faults.clients or cfg.train.participants is not None:
+    acting = sorted({b for b in cfg.faults.clients.values() if b not in DATA_FAULTS})
+    if cfg.train.client_dropout or acting or cfg.train.participants is not None:
         raise ConfigError(
-            "train.client_dropout, [faults] and train.participants are not part of a coalition's training; "
-            "plant a role with a split (e.g. free-rider, maverick) or leave them out"
+            "train.client_dropout, [faults] other than a client's wrong labels (label-flip) and "
+            "train.participants are not part of a coalition's training"
+            + (f" (faults given: {', '.join(acting)})" if acting else "")
+            + "; plant a role with a split (free-rider, maverick, duplicate) or faults.clients.K = "
+            '"label-flip", or leave them out'
         )
     return n
 
@@ -208,6 +216,7 @@ def train_together(
     ``checkpoint``: a file the stacked weights are saved to (every ``CHECKPOINT_S`` seconds and at the end)
     and resumed from, exactly, when it holds this experiment."""
     from fedhet.algorithms import build_strategy
+    from fedhet.engine.faults import fault_data, fault_for
     from fedhet.engine.protocol import LR_KEY, ClientState, Instruction, LocalUpdate
     from fedhet.engine.schedule import learning_rate
     from fedhet.engine.simulation import Simulation
@@ -270,7 +279,7 @@ def train_together(
         for i in range(n):  # one batch schedule per client, shared by every coalition holding it
             u = LocalUpdate(
                 model=model,
-                data=fed.clients[i],
+                data=fault_data(fault_for(cfg, i, rnd), fed.clients[i]),  # a label-flip client's labels
                 instruction=Instruction(weights={}, config=config),
                 state=ClientState(),
                 context=transport.context(rnd, i),

@@ -1,5 +1,5 @@
 """How well does each contribution estimator rank clients? Every estimator fedhet has, against exact Shapley
-values, on seven small federations with known structure (docs/contributions.md; the page
+values, on eight small federations with known structure (docs/contributions.md; the page
 docs/results/contribution-estimators.md).
 
 Each federation is the shipped experiment ``contributions/digits-n6`` (digits, 6 clients, 30 rounds, a tenth
@@ -40,6 +40,11 @@ FEDERATIONS: dict[str, dict[str, Any]] = {
     "step-quantity": {"data.split": "step-quantity", "data.split_params": {"gamma": 0.05}},
     "pow": {"data.split": "pow", "data.split_params": {"samples_per_client": 200}},
     "duplicate": {"data.split": "duplicate", "data.split_params": {"source": 0, "copy": 1}},
+    "noisy-labels": {
+        "data.split": "dirichlet-per-class",
+        "data.split_params": {"alpha": 1.0},
+        "faults.clients": {"0": "label-flip"},  # client 0 trains on y -> K-1-y: all its labels wrong
+    },
 }
 
 METHODS = ("celm", "cgsv", "shapfed", "iafl", "cffl", "fedrac", "fedsac")
@@ -371,7 +376,7 @@ def audit_table(records: Path) -> str:
 
 STUDY = Study(
     name="contribution-estimators",
-    title="every contribution estimator against exact Shapley values on seven digits federations",
+    title="every contribution estimator against exact Shapley values on eight digits federations",
     page="docs/results/contribution-estimators.md",
     default_out="runs/contribution-estimators",
     default_seeds=3,
