@@ -77,3 +77,25 @@ def test_rows_and_findings_from_records(tmp_path):
     # low marginal value against exact Shapley: own worth under 0.75 × 0.81 / 6 = 0.10125 → clients 0, 2, 4;
     # per seed CELM names 0 and 4 (2 right, client 2 missed), CGSV names 1 (wrong; 0, 2 and 4 missed)
     assert "| low marginal value | all | 6 | 3 | 12 | 67 % | 33 % |" in audit
+
+
+def test_the_natural_federations_split_the_diabetes_table_by_a_real_attribute(tmp_path, monkeypatch):
+    import csv
+
+    monkeypatch.setattr(study, "TABLE_DIR", tmp_path)
+    study.write_tables()
+    first = (tmp_path / "diabetes-by-age.csv").read_bytes()
+    study.write_tables()
+    assert (tmp_path / "diabetes-by-age.csv").read_bytes() == first  # the same bytes every time
+    with open(tmp_path / "diabetes-by-age.csv") as fh:
+        rows = list(csv.DictReader(fh))
+    with open(tmp_path / "diabetes-test.csv") as fh:
+        test = list(csv.DictReader(fh))
+    assert len(rows) + len(test) == 442 and len(test) == 88
+    bands = {}
+    for row in rows:
+        bands.setdefault(row["site"], []).append(float(row["age"]))
+    assert len(bands) == 6
+    # age bands do not overlap: each site is one group of patients, by age
+    spans = sorted((min(a), max(a)) for a in bands.values())
+    assert all(hi < lo for (_, hi), (lo, _) in zip(spans, spans[1:], strict=False))

@@ -75,6 +75,8 @@ class Study:
     reads: str = ""
     #: (cell, run directory, method) -> the values the table reads from one finished run, kept as its record
     record: Callable[[CompareCell, Path, str], dict[str, Any]] | None = None
+    #: before the cells: write what they read that no package holds (e.g. a table's files), idempotent
+    before_cells: Callable[[], None] | None = None
 
 
 def run_study(
@@ -99,6 +101,8 @@ def run_study(
         raise ValueError(f"study {study.name!r} makes no runs; it reads {study.reads}")
     if records is not None and study.record is None:
         raise ValueError(f"study {study.name!r} keeps no records")
+    if study.before_cells is not None:
+        study.before_cells()
     cells = study.cells()
     extra = dict(overrides or {})
 

@@ -1,6 +1,6 @@
 """How well does each contribution estimator rank clients? Every estimator fedhet has, against exact Shapley
-values, on eight small federations with known structure (docs/contributions.md; the page
-docs/results/contribution-estimators.md).
+values, on ten small federations: eight with planted structure and two natural ones (docs/contributions.md;
+the page docs/results/contribution-estimators.md).
 
 Each federation is the shipped experiment ``contributions/digits-n6`` (digits, 6 clients, 30 rounds, a tenth
 held out for the server's validation) with its own split. Per federation and seed the study runs every method
@@ -28,6 +28,61 @@ from fedhet.studies.base import CompareCell, Study
 
 CONFIG = "contributions/digits-n6"
 
+#: Natural federations: scikit-learn's diabetes table (442 patients; label: disease progression after a year
+#: above the median, 140.5) held by six sites that each see one group of patients, by a real attribute of
+#: the rows (not a random split); 20 % of the patients, drawn at random, are the shared test set. The files
+#: are written by :func:`write_tables` under runs/tables/ (scikit-learn ships the table: nothing downloaded).
+TABLES = {
+    "diabetes-by-age": "age band (sextiles of age: 19-33, 34-41, 42-49, 50-54, 55-60, 61-79 years)",
+    "diabetes-by-sex-age": "sex x age tercile (six groups)",
+}
+TABLE_DIR = Path("runs/tables")
+
+
+def write_tables() -> None:
+    """The natural federations' CSV files (one row per patient, its site in column ``site``; the test set
+    apart), from scikit-learn's diabetes table; written once (the same bytes every time)."""
+    from sklearn.datasets import load_diabetes
+
+    table = load_diabetes(scaled=False)
+    x, target = table.data, table.target
+    names = [str(n) for n in table.feature_names]
+    label = (target > np.median(target)).astype(int)
+    order = np.random.default_rng(0).permutation(len(label))
+    test, train = np.sort(order[: len(order) // 5]), np.sort(order[len(order) // 5 :])
+    age, sex = x[:, 0], x[:, 1]
+    sextiles = np.quantile(age[train], [1 / 6, 2 / 6, 3 / 6, 4 / 6, 5 / 6])
+    terciles = np.quantile(age[train], [1 / 3, 2 / 3])
+    sites = {
+        "diabetes-by-age": [f"age-band-{int(np.searchsorted(sextiles, a, side='right'))}" for a in age],
+        "diabetes-by-sex-age": [
+            f"sex-{int(s)}-age-{int(np.searchsorted(terciles, a, side='right'))}"
+            for s, a in zip(sex, age, strict=True)
+        ],
+    }
+    TABLE_DIR.mkdir(parents=True, exist_ok=True)
+    header = ",".join([*names, "progression"])
+    rows = [",".join([*(f"{v:g}" for v in x[i]), str(label[i])]) for i in range(len(label))]
+    test_file = TABLE_DIR / "diabetes-test.csv"
+    test_file.write_text("\n".join([header, *(rows[i] for i in test)]) + "\n")
+    for name, site in sites.items():
+        lines = [header + ",site", *(f"{rows[i]},{site[i]}" for i in train)]
+        (TABLE_DIR / f"{name}.csv").write_text("\n".join(lines) + "\n")
+
+
+def _table(name: str) -> dict[str, Any]:
+    return {
+        "data.dataset": "csv",
+        "data.path": str(TABLE_DIR / f"{name}.csv"),
+        "data.test_path": str(TABLE_DIR / "diabetes-test.csv"),
+        "data.label_column": "progression",
+        "data.client_column": "site",
+        "data.split": "sites",
+        "data.split_params": {},
+        "model.name": "tabular-mlp",
+    }
+
+
 #: federation -> its split (overrides of the shipped experiment)
 FEDERATIONS: dict[str, dict[str, Any]] = {
     "dir-1.0": {"data.split": "dirichlet-per-class", "data.split_params": {"alpha": 1.0}},
@@ -45,6 +100,7 @@ FEDERATIONS: dict[str, dict[str, Any]] = {
         "data.split_params": {"alpha": 1.0},
         "faults.clients": {"0": "label-flip"},  # client 0 trains on y -> K-1-y: all its labels wrong
     },
+    **{name: _table(name) for name in TABLES},
 }
 
 METHODS = ("celm", "cgsv", "shapfed", "iafl", "cffl", "fedrac", "fedsac")
@@ -280,7 +336,10 @@ def write_page(paths: list[Path], options: Mapping[str, Any]) -> str:
             "exact Shapley values of test accuracy (every coalition's FedAvg model trained: "
             "`fedhet shapley`). "
             "Digits, 6 clients, 30 rounds, a tenth held out as the server's validation set "
-            f"(`{CONFIG}`); one section per federation. Mean over seeds (the range of ρ in brackets); "
+            f"(`{CONFIG}`); the two diabetes federations are scikit-learn's diabetes table (442 patients; "
+            "label: progression above the median) held by six sites, each one group of patients by a real "
+            "attribute (age band; sex × age tercile), with `tabular-mlp`; one section per federation. "
+            "Mean over seeds (the range of ρ in brackets); "
             "the top / bottom columns count the seeds where the estimator's highest / lowest client is "
             "Shapley's. Wall s: one run of the method (for the exact values: training every coalition).",
             "",
@@ -376,7 +435,7 @@ def audit_table(records: Path) -> str:
 
 STUDY = Study(
     name="contribution-estimators",
-    title="every contribution estimator against exact Shapley values on eight digits federations",
+    title="every contribution estimator against exact Shapley values on ten federations (digits, diabetes)",
     page="docs/results/contribution-estimators.md",
     default_out="runs/contribution-estimators",
     default_seeds=3,
@@ -385,4 +444,5 @@ STUDY = Study(
     after_cells=ground_truth,
     record=run_values,
     actions={"page": write_page},
+    before_cells=write_tables,
 )
