@@ -373,7 +373,12 @@ def ground_truth(run_dir: Path, s: AuditSettings | None = None) -> dict[str, lis
             truth["rejected updates"].append(int(cid))
         elif behaviour in clipped:
             truth["clipped updates"].append(int(cid))
-        kind = {"stale": "stale uploads", "crash": "failed rounds", "drop": "failed rounds"}.get(behaviour)
+        kind = {
+            "stale": "stale uploads",
+            "crash": "failed rounds",
+            "drop": "failed rounds",
+            "free-rider": "free-rider suspect",  # the disguised free rider: the model it was sent, plus noise
+        }.get(behaviour)
         if kind:
             truth[kind].append(int(cid))
     return truth

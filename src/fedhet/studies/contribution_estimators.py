@@ -101,7 +101,15 @@ FEDERATIONS: dict[str, dict[str, Any]] = {
         "faults.clients": {"0": "label-flip"},  # client 0 trains on y -> K-1-y: all its labels wrong
     },
     **{name: _table(name) for name in TABLES},
+    # for the audit only (no exact values: a client that sends the model it got plus noise is no data role)
+    "disguised-free-rider": {
+        "data.split": "dirichlet-per-class",
+        "data.split_params": {"alpha": 1.0},
+        "faults.clients": {"0": "free-rider"},
+    },
 }
+#: federations without exact values (their faults act on what a client sends, not on its data)
+AUDIT_ONLY = ("disguised-free-rider",)
 
 METHODS = ("celm", "cgsv", "shapfed", "iafl", "cffl", "fedrac", "fedsac")
 RECONSTRUCTION = ("gtg-shapley", "or-shapley")
@@ -128,6 +136,8 @@ def cells() -> list[CompareCell]:
     out = []
     for name, split in FEDERATIONS.items():
         out.append(CompareCell(f"{name}/methods", CONFIG, METHODS, split))
+        if name in AUDIT_ONLY:
+            continue
         out.append(
             CompareCell(
                 f"{name}/fedavg-estimators",
@@ -178,6 +188,8 @@ def ground_truth(out: Path, echo: Any, records: Path | None = None) -> None:
 
     folder = records if records is not None else out
     for name, split in FEDERATIONS.items():
+        if name in AUDIT_ONLY:
+            continue
         seeds = sorted(
             int(run.name.rsplit("seed", 1)[1]) for run in finished_runs(out / name / "methods", "celm")
         )
@@ -360,8 +372,9 @@ def write_page(paths: list[Path], options: Mapping[str, Any]) -> str:
             "## The audit's flags against the planted roles",
             "",
             "`fedhet audit` on every method's run of every federation and seed (it reads only what the "
-            "server knew), each flag's clients against what the split planted: the free rider of "
-            "`free-rider`, a class's sole or dominant holder (≥ 50 % of its samples), a sole holder whose "
+            "server knew), each flag's clients against what was planted: the free riders (`free-rider`'s client "
+            "of 10 repeated samples; `disguised-free-rider`'s client 0, which sends the model it was sent plus "
+            "noise and has no exact values), a class's sole or dominant holder (≥ 50 % of its samples), a sole holder whose "
             "final weight is under 0.1 × 1/N; for low marginal value, an exact Shapley value under 0.75 × "
             "an equal share of the total. Pooled over (run, client) pairs.",
             "",
