@@ -372,10 +372,11 @@ def write_page(paths: list[Path], options: Mapping[str, Any]) -> str:
             "## The audit's flags against the planted roles",
             "",
             "`fedhet audit` on every method's run of every federation and seed (it reads only what the "
-            "server knew), each flag's clients against what was planted: the free riders (`free-rider`'s client "
-            "of 10 repeated samples; `disguised-free-rider`'s client 0, which sends the model it was sent plus "
-            "noise and has no exact values), a class's sole or dominant holder (≥ 50 % of its samples), a sole holder whose "
-            "final weight is under 0.1 × 1/N; for low marginal value, an exact Shapley value under 0.75 × "
+            "server knew), each flag's clients against what was planted: the free riders "
+            "(`free-rider`'s client of 10 repeated samples; `disguised-free-rider`'s client 0, which sends "
+            "the model it was sent plus noise and has no exact values), a class's sole or dominant holder "
+            "(≥ 50 % of its samples), a sole holder whose final weight is under 0.1 × 1/N; for low "
+            "marginal value, an exact Shapley value under 0.75 × "
             "an equal share of the total. Pooled over (run, client) pairs.",
             "",
             audit_table(records),
