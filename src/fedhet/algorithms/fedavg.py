@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import copy
 import math
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 import numpy as np
@@ -19,6 +19,7 @@ from torch import Tensor, nn
 
 from fedhet.algorithms.params import check_choice
 from fedhet.algorithms.robust_aggregation import WEIGHTED_RULES, robust_average
+from fedhet.averaging import weighted_average
 from fedhet.devices import to_device
 from fedhet.engine.evaluation import accuracies_of_states
 from fedhet.engine.protocol import (
@@ -172,27 +173,6 @@ class SGDTrainer(Trainer):
 # --------------------------------------------------------------------------------------------------------
 # Server: FedAvg
 # --------------------------------------------------------------------------------------------------------
-def weighted_average(
-    states: Sequence[Mapping[str, Tensor]], weights: Sequence[float] | np.ndarray
-) -> Weights:
-    """Convex combination Σ_i p_i w_i of state dicts (integer buffers, e.g. BN counters: the first's)."""
-    total = float(np.sum(weights))
-    if total <= 0:
-        raise ValueError(f"aggregation weights must sum to a positive number, got {list(weights)}")
-    probs = [float(w) / total for w in weights]
-    out: Weights = {}
-    for key, first in states[0].items():
-        if not first.is_floating_point():
-            out[key] = first.clone()
-            continue
-        acc = torch.zeros_like(first)
-        for p, sd in zip(probs, states, strict=True):
-            if p != 0.0:
-                acc.add_(sd[key], alpha=p)
-        out[key] = acc
-    return out
-
-
 class FedAvg(Strategy):
     """FedAvg: w_g ← Σ_i p_i w_i, p_i = n_i/Σ_j n_j (``weighting='samples'``, n_i self-reported in the
     replies) or 1/N (``'uniform'``).

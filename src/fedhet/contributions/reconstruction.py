@@ -31,9 +31,9 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
-import torch
 from torch import Tensor
 
+from fedhet.averaging import weighted_average
 from fedhet.errors import ConfigError
 
 Weights = dict[str, Tensor]
@@ -59,22 +59,9 @@ def reconstruct(
     if not members:
         return start
     counts = [float(num_examples[i]) for i in members]
-    total = float(np.sum(counts))
-    if total <= 0:
-        counts, total = [1.0] * len(members), float(len(members))
-    probs = [c / total for c in counts]
-    first = models[members[0]]
-    out: Weights = {}
-    for key, value in first.items():
-        if not value.is_floating_point():
-            out[key] = value.clone()
-            continue
-        acc = torch.zeros_like(value)
-        for p, i in zip(probs, members, strict=True):
-            if p != 0.0:
-                acc.add_(models[i][key], alpha=p)
-        out[key] = acc
-    return out
+    if float(np.sum(counts)) <= 0:
+        counts = [1.0] * len(members)
+    return weighted_average([models[i] for i in members], counts)
 
 
 def members_of(mask: int) -> list[int]:
