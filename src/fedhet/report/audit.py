@@ -384,6 +384,35 @@ def ground_truth(run_dir: Path, s: AuditSettings | None = None) -> dict[str, lis
     return truth
 
 
+def tally_flag(
+    counts: dict[tuple[str, str], dict[str, int]], kind: str, method: str, flagged: set[int], true: set[int]
+) -> None:
+    """Add one run's clients of one flag to ``counts`` under (kind, "all") and (kind, method): true and false
+    positives and misses (``tp``, ``fp``, ``fn``)."""
+    for key in ((kind, "all"), (kind, method)):
+        c = counts.setdefault(key, {"tp": 0, "fp": 0, "fn": 0})
+        c["tp"] += len(flagged & true)
+        c["fp"] += len(flagged - true)
+        c["fn"] += len(true - flagged)
+
+
+def flag_table(counts: dict[tuple[str, str], dict[str, int]], kinds: Sequence[str]) -> list[str]:
+    """The Markdown table of :func:`tally_flag`'s counts, flag by flag in ``kinds`` order, "all" first:
+    precision tp / (tp + fp) and recall tp / (tp + fn), or why there is none."""
+    lines = [
+        "| flag | method | true positives | false positives | missed | precision | recall |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for (kind, method), c in sorted(
+        counts.items(), key=lambda kv: (kinds.index(kv[0][0]), kv[0][1] != "all", kv[0][1])
+    ):
+        flagged, true = c["tp"] + c["fp"], c["tp"] + c["fn"]
+        precision = f"{100 * c['tp'] / flagged:.0f} %" if flagged else "— (nothing flagged)"
+        recall = f"{100 * c['tp'] / true:.0f} %" if true else "— (no true case)"
+        lines.append(f"| {kind} | {method} | {c['tp']} | {c['fp']} | {c['fn']} | {precision} | {recall} |")
+    return lines
+
+
 # --------------------------------------------------------------------------------------------------------
 # The report
 # --------------------------------------------------------------------------------------------------------

@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from fedhet.report.audit import FLAGS, AuditSettings, ground_truth, load_audit
+from fedhet.report.audit import FLAGS, AuditSettings, flag_table, ground_truth, load_audit, tally_flag
 from fedhet.report.markdown import find_runs
 from fedhet.studies.base import CompareCell, Study
 
@@ -37,8 +37,7 @@ def cells() -> list[CompareCell]:
 def table(dirs: list[Path], options: Mapping[str, Any]) -> str:
     out, settings = dirs[0], AuditSettings()
     kinds = [kind for kind in FLAGS if kind != "low marginal value"]  # no truth for it here (ground_truth)
-    counts = {kind: {"tp": 0, "fp": 0, "fn": 0} for kind in kinds}
-    by_method: dict[tuple[str, str], dict[str, int]] = {}
+    counts: dict[tuple[str, str], dict[str, int]] = {}
     by_setting: dict[str, list[str]] = {}
     for name in SETTINGS:
         if not (out / name).is_dir():
@@ -47,14 +46,7 @@ def table(dirs: list[Path], options: Mapping[str, Any]) -> str:
             audit = load_audit(run_dir, settings)
             truth = ground_truth(run_dir, settings)
             for kind in kinds:
-                flagged, true = set(audit.flagged(kind)), set(truth[kind])
-                for c in (
-                    counts[kind],
-                    by_method.setdefault((kind, audit.method), {"tp": 0, "fp": 0, "fn": 0}),
-                ):
-                    c["tp"] += len(flagged & true)
-                    c["fp"] += len(flagged - true)
-                    c["fn"] += len(true - flagged)
+                tally_flag(counts, kind, audit.method, set(audit.flagged(kind)), set(truth[kind]))
             by_setting.setdefault(name, []).append(
                 f"{audit.method} seed {audit.seed}: "
                 + "; ".join(
@@ -63,16 +55,7 @@ def table(dirs: list[Path], options: Mapping[str, Any]) -> str:
                     if audit.flagged(k) or truth[k]
                 )
             )
-    lines = [
-        "| flag | method | true positives | false positives | missed | precision | recall |",
-        "|---|---|---|---|---|---|---|",
-    ]
-    rows = [((kind, "all"), c) for kind, c in counts.items()] + sorted(by_method.items())
-    for (kind, method), c in sorted(rows, key=lambda r: (kinds.index(r[0][0]), r[0][1] != "all", r[0][1])):
-        flagged, true = c["tp"] + c["fp"], c["tp"] + c["fn"]
-        precision = f"{100 * c['tp'] / flagged:.0f} %" if flagged else "— (nothing flagged)"
-        recall = f"{100 * c['tp'] / true:.0f} %" if true else "— (no true case)"
-        lines.append(f"| {kind} | {method} | {c['tp']} | {c['fp']} | {c['fn']} | {precision} | {recall} |")
+    lines = flag_table(counts, kinds)
     for name, found in by_setting.items():
         lines += ["", f"{name}:", *(f"- {row}" for row in found)]
     return "\n".join(lines)

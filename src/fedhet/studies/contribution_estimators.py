@@ -411,6 +411,7 @@ def _low_shapley(records: Path, name: str) -> dict[int, list[int]]:
 def audit_table(records: Path) -> str:
     """Per flag and method: true and false positives and misses against the planted roles, pooled over
     federations and seeds, with precision and recall; every (run, client) pair counts."""
+    from fedhet.report.audit import flag_table, tally_flag
     from fedhet.reproduce.store import read_record
 
     counts: dict[tuple[str, str], dict[str, int]] = {}
@@ -427,23 +428,8 @@ def audit_table(records: Path) -> str:
             for kind in AUDITED:
                 if kind not in truths or kind not in values["flags"]:
                     continue
-                flagged, true = set(values["flags"][kind]), set(truths[kind])
-                for key in ((kind, "all"), (kind, record["method"])):
-                    c = counts.setdefault(key, {"tp": 0, "fp": 0, "fn": 0})
-                    c["tp"] += len(flagged & true)
-                    c["fp"] += len(flagged - true)
-                    c["fn"] += len(true - flagged)
-    lines = [
-        "| flag | method | true positives | false positives | missed | precision | recall |",
-        "|---|---|---|---|---|---|---|",
-    ]
-    for (kind, method), c in sorted(
-        counts.items(), key=lambda kv: (AUDITED.index(kv[0][0]), kv[0][1] != "all", kv[0][1])
-    ):
-        flagged, true = c["tp"] + c["fp"], c["tp"] + c["fn"]
-        precision = f"{100 * c['tp'] / flagged:.0f} %" if flagged else "— (nothing flagged)"
-        recall = f"{100 * c['tp'] / true:.0f} %" if true else "— (no true case)"
-        lines.append(f"| {kind} | {method} | {c['tp']} | {c['fp']} | {c['fn']} | {precision} | {recall} |")
+                tally_flag(counts, kind, record["method"], set(values["flags"][kind]), set(truths[kind]))
+    lines = flag_table(counts, AUDITED)
     return "\n".join(lines) if len(lines) > 2 else "no audited runs in the records yet"
 
 
