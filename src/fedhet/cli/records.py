@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import tempfile
 from pathlib import Path
 from statistics import mean
 from typing import Any
@@ -69,8 +68,11 @@ def table_page(page: Path, cells_dir: Path, spec: Any = None) -> dict[str, Any] 
     spec = spec or load_spec(table)
     measured = set(read_page_rows(page, spec, scale).lines)  # the rows the page holds measured
     planned: list[dict[str, Any]] = []
-    with tempfile.TemporaryDirectory() as tmp:
-        run_spec(spec, scale=scale, out_dir=Path(tmp), cells_dir=cells_dir, planned=planned)
+    # planned as the page's own command runs it (`fedhet reproduce`'s default --out): a warm-started row's
+    # runs name their phase-A models by that folder (model.init_from, part of their fingerprint); planning
+    # writes nothing there
+    out_dir = Path("runs") / "reproduce" / f"{spec.path.stem}-{scale}"
+    run_spec(spec, scale=scale, out_dir=out_dir, cells_dir=cells_dir, planned=planned)
     planned = [p for p in planned if any(row_label(spec, row) in measured for row in p["rows"])]
     reused = sum(len(p["recorded"]) for p in planned)
     to_run = [(p, m, s) for p in planned for m, s in p["to_run"]]
