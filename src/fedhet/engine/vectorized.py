@@ -125,7 +125,7 @@ def why_not_vectorized(trainer: Trainer, model: nn.Module, train: Any, faults: b
 
 
 @dataclass
-class _Member:
+class Member:
     """One client of the group: its ids, its update context and its batches as index tensors."""
 
     cid: int
@@ -136,7 +136,7 @@ class _Member:
     mask: Tensor | None  # the client's submodel mask (K,) (FedRAC, FedSAC), or None for the whole model
 
 
-def _index_batches(trainer: Trainer, u: LocalUpdate) -> Tensor:
+def index_batches(trainer: Trainer, u: LocalUpdate) -> Tensor:
     """Every local step's positions in ``data.indices`` as a (steps, batch_size) CPU tensor, -1 where a
     step's batch is shorter (an epoch's last batch), drawn as ``SGDTrainer.batches`` draws them (the same
     generator calls). Positions, not indices: they stay on the CPU where the generator draws them, and
@@ -258,7 +258,7 @@ def train_group(
     ids = sorted(instructions)
     model = contexts[ids[0]].model
     keys = list(model.state_dict().keys())
-    members: list[_Member] = []
+    members: list[Member] = []
     for cid in ids:
         ins, ctx = instructions[cid], contexts[cid]
         if ins.config.get(ACTION_KEY):
@@ -272,7 +272,7 @@ def train_group(
             trainer.prepare(u)
         scale = getattr(u.scratch, "fedrs_scales", None) if kind == "restricted" else None
         mu = float(getattr(u.scratch, "proximal_mu", 0.0)) if kind == "proximal" else 0.0
-        members.append(_Member(cid, u, _index_batches(trainer, u), scale, mu, ins.mask))
+        members.append(Member(cid, u, index_batches(trainer, u), scale, mu, ins.mask))
 
     # Chunks of GROUP_SIZE clients: the stacked weights of a chunk stay in cache (at 1,000 clients of a
     # 50k-parameter MLP one stack would be 200 MB per tensor pass; measured in benchmarks/vectorized.py).
@@ -301,7 +301,7 @@ def train_group(
 
 
 def _train_stacked(
-    model: nn.Module, members: Sequence[_Member], train: Any
+    model: nn.Module, members: Sequence[Member], train: Any
 ) -> list[tuple[dict[str, Tensor], float, int]]:
     """The SGD loop of every member at once; per member its trained state dict, summed loss and step count."""
     device = next(model.parameters()).device
@@ -320,7 +320,7 @@ def _train_stacked(
 
 def train_stacked_params(
     model: nn.Module,
-    members: Sequence[_Member],
+    members: Sequence[Member],
     train: Any,
     params: dict[str, Tensor],
     *,

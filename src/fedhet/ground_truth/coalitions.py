@@ -221,8 +221,8 @@ def train_together(
     from fedhet.engine.schedule import learning_rate
     from fedhet.engine.simulation import Simulation
     from fedhet.engine.vectorized import (
-        _index_batches,
-        _Member,
+        Member,
+        index_batches,
         relu_stack_names,
         train_stacked_params,
         why_not_vectorized,
@@ -286,7 +286,7 @@ def train_together(
                 start={},
             )
             updates.append(u)
-            batches.append(_index_batches(trainer, u))
+            batches.append(index_batches(trainer, u))
         merged = {k: torch.zeros_like(v) for k, v in weights.items()}
         alone: dict[int, dict[str, Tensor]] = {}
         for start, stop in chunks:
@@ -295,11 +295,11 @@ def train_together(
             if rnd == 1:  # every coalition starts from the initial model: client i's update is one for all
                 if i not in alone:
                     alone[i] = {k: weights[k][:1].clone() for k in names}
-                    member = _Member(i, updates[i], batches[i], None, 0.0, None)
+                    member = Member(i, updates[i], batches[i], None, 0.0, None)
                     train_stacked_params(model, [member], cfg.train, alone[i])
                 params = {k: v.expand(stop - start, *v.shape[1:]) for k, v in alone[i].items()}
             else:
-                members = [_Member(i, updates[i], batches[i], None, 0.0, None)] * (stop - start)
+                members = [Member(i, updates[i], batches[i], None, 0.0, None)] * (stop - start)
                 params = {k: weights[k].index_select(0, at) for k in names}
                 train_stacked_params(model, members, cfg.train, params, shared_batches=True)
             coef = shares[start:stop]
