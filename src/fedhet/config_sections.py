@@ -88,6 +88,12 @@ class DataConfig:
     #: A table's test file; without it (and without a test file in the folder) 20 % of the rows are held
     #: out, stratified, seed 0.
     test_path: str | None = neutral(None)
+    #: A table's missing numbers: None refuses them (naming columns, rows and counts per site); "mean",
+    #: "median" or "most_frequent" fills each numeric column with that value of the sites' training rows,
+    #: computed from what each site reports (fedhet.data.datasets.imputation), in train and test rows.
+    impute: str | None = neutral(None)
+    #: With ``impute``: a 0/1 feature ``<column>=missing`` per numeric column with a missing training cell.
+    missing_indicator: bool = neutral(False)
     split: str = fingerprinted("iid")
     split_params: dict[str, Any] = fingerprinted(factory=dict)
     clients: int = fingerprinted(10)
@@ -312,4 +318,5 @@ CHOICES: dict[tuple[str, str], tuple[Any, ...]] = {
     ("eval", "fairness"): ("auto", True, False),
     ("aggregation", "rule"): ("mean", "median", "trimmed-mean", "krum", "multi-krum", "centered-clipping"),
     ("aggregation", "implementation"): ("fedhet", "flower"),
+    ("data", "impute"): (None, "mean", "median", "most_frequent"),
 }

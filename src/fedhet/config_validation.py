@@ -130,6 +130,19 @@ def check_ranges(cfg: ExperimentSections) -> None:
         value = getattr(getattr(cfg, sec), key)
         need(value in accepted, f"{sec}.{key}={value!r} is not accepted; choose one of {list(accepted)}")
     need(d.clients >= 1, f"data.clients={d.clients} must be >= 1")
+    if d.impute is not None or d.missing_indicator:
+        need(
+            d.dataset in ("csv", "parquet"),
+            "data.impute / data.missing_indicator fill the missing numbers of a table fedhet reads "
+            f"(data.dataset = 'csv' or 'parquet'), not of {d.dataset!r}: for a data frame pass impute= to "
+            "fedhet.data.from_table, or drop them",
+        )
+        need(
+            d.impute is not None or not d.missing_indicator,
+            "data.missing_indicator = true marks imputed cells, but data.impute is not set (missing numbers "
+            "are refused): set data.impute to 'mean', 'median' or 'most_frequent', or drop "
+            "data.missing_indicator",
+        )
     need(
         0.0 <= d.validation_fraction < 1.0,
         f"data.validation_fraction={d.validation_fraction} must be in [0, 1)",

@@ -59,13 +59,16 @@ def get_dataset(name: str, root: str | None, path: str | None = None, table: dic
 
 
 def table_options(cfg: ExperimentConfig) -> dict[str, Any]:
-    """The config's options for reading a table (data.dataset = csv / parquet)."""
+    """The config's options for reading a table (data.dataset = csv / parquet): the keyword arguments of
+    ``fedhet.data.datasets.tables.load_table_files``."""
     d = cfg.data
     return {
         "label": d.label_column,
         "client": d.client_column,
         "categorical": tuple(d.categorical_columns),
         "test_path": d.test_path,
+        "impute": d.impute,
+        "missing_indicator": d.missing_indicator,
     }
 
 

@@ -11,8 +11,10 @@ Choices, stated once here and in docs/your-own-data.md:
 - A cell is missing when it is empty or one of the usual markers (:data:`MISSING_MARKERS`: NA, N/A, NaN,
   null, None, ?, -, in any case), in every route (CSV, Parquet, data frame).
 - Missing or non-finite numeric values are refused, naming every such column with its rows and counts per
-  site: fedhet does not impute. A column mostly of numbers with a few other values is refused too (naming
-  the values and rows), never silently one-hot encoded; list it in ``categorical`` if it is a category.
+  site, unless the caller imputes (``keep_missing``: missing numbers stay NaN for the federated imputation
+  of ``fedhet.data.datasets.imputation``; inf is refused still). A column mostly of numbers with a few
+  other values is refused too (naming the values and rows), never silently one-hot encoded; list it in
+  ``categorical`` if it is a category.
   A missing categorical value is its own category, ``(missing)``; a categorical column with more levels
   than a tenth of its rows (and more than 10) is warned about (an identifier, or numbers read as text).
 - A categorical column's vocabulary is the sorted union of the category sets each site's training rows
@@ -221,15 +223,31 @@ def _categories(values: np.ndarray) -> np.ndarray:
     return np.array(out, dtype=object)
 
 
+def many_levels(levels: int, rows: int) -> bool:
+    """Whether a categorical column has more levels than a tenth of its rows (and more than 10): warned about,
+    as an identifier or numbers read as text."""
+    return levels > max(10, rows // 10)
+
+
 def _missing_numbers(
-    name: str, values: np.ndarray, part: str, sites: np.ndarray | None, site_names: Sequence[str]
+    name: str,
+    values: np.ndarray,
+    part: str,
+    sites: np.ndarray | None,
+    site_names: Sequence[str],
+    keep_missing: bool = False,
 ) -> str | None:
-    """What is wrong with a numeric column's ``part`` (train or test): its missing or non-finite values."""
-    bad = np.flatnonzero(~np.isfinite(values))
+    """What is wrong with a numeric column's ``part`` (train or test): its missing or non-finite values (only
+    the non-finite ones, inf, when missing values are kept for imputation)."""
+    bad_mask = ~np.isfinite(values)
+    if keep_missing:
+        bad_mask &= ~np.isnan(values)
+    bad = np.flatnonzero(bad_mask)
     if not bad.size:
         return None
     where = _rows_text(bad, sites, site_names)
-    return f"column {name!r} has {bad.size} missing or non-finite value(s) in {part} ({where})"
+    what = "infinite" if keep_missing else "missing or non-finite"
+    return f"column {name!r} has {bad.size} {what} value(s) in {part} ({where})"
 
 
 def _label_classes(train: np.ndarray, test: np.ndarray, name: str, source: str) -> tuple[str, ...]:
@@ -295,8 +313,10 @@ def encode_table(
     client: str | None = None,
     categorical: Sequence[str] = (),
     source: str = "table",
+    keep_missing: bool = False,
 ) -> EncodedTable:
-    """Encode a train and a test table (see the module docstring for every choice made)."""
+    """Encode a train and a test table (see the module docstring for every choice made). ``keep_missing``:
+    missing numeric cells stay NaN (for an imputation that follows) instead of being refused."""
     for part, table in (("train", train), ("test", test)):
         if label not in table:
             raise DataError(
@@ -342,8 +362,8 @@ def encode_table(
             problems += _mostly_numbers(name, train[name], test[name], train_sites, sites)
         if numbers is not None and test_numbers is not None:
             problems += filter(None, [
-                _missing_numbers(name, numbers, "train", train_sites, sites),
-                _missing_numbers(name, test_numbers, "test", None, sites),
+                _missing_numbers(name, numbers, "train", train_sites, sites, keep_missing),
+                _missing_numbers(name, test_numbers, "test", None, sites, keep_missing),
             ])  # fmt: skip
             blocks_train.append(numbers[:, None])
             blocks_test.append(test_numbers[:, None])
@@ -364,7 +384,7 @@ def encode_table(
         )
         names_out.extend(f"{name}={value}" for value in vocabulary)
         numeric.extend([False] * len(vocabulary))
-        if len(vocabulary) > max(10, n_train // 10):
+        if many_levels(len(vocabulary), n_train):
             log.warning(
                 "%s: categorical column %r has %d levels over %d training rows, one-hot encoded into as many "
                 "features: an identifier (drop it) or numbers read as text?",
@@ -373,9 +393,10 @@ def encode_table(
     if problems:
         raise DataError(
             f"{source}: {'; '.join(problems)} (rows count from 0 after the header; for a folder of site "
-            "files, over the files in name order); fedhet does not impute: fill them (e.g. the column's "
-            "median) or drop those rows before federating, and list a column of categories in "
-            "data.categorical_columns"
+            "files, over the files in name order); fedhet does not impute unless asked: set "
+            "data.impute = 'mean', 'median' or 'most_frequent' (fedhet.data.from_table(impute=...)), or fill "
+            "them or drop those rows before federating (inf is never imputed), and list a column of "
+            "categories in data.categorical_columns"
         )
 
     classes = _label_classes(train[label], test[label], label, source)
