@@ -39,6 +39,7 @@ from fedhet.config import ExperimentConfig, to_toml
 from fedhet.contributions.tracker import RoundEstimates
 from fedhet.engine import checkpoint as ckpt
 from fedhet.engine.boundary import accept_descriptions, accept_replies, check_inputs, check_transport
+from fedhet.engine.convergence import still_learning
 from fedhet.engine.evaluation import accuracies_of_states, evaluate_round
 from fedhet.engine.faults import coordinated_attack
 from fedhet.engine.guards import (
@@ -511,6 +512,8 @@ class RoundLoop:
         if diverged is not None:
             self.history.append({"round": diverged.round, **self.evaluate(diverged.round)})
         summary = self.summary(time.perf_counter() - t0)
+        if diverged is None and (note := still_learning(self.history)):
+            log.warning("%s: %s", self.who, note)
         if diverged is not None:
             summary["diverged"] = {"round": diverged.round, "reason": str(diverged)}
         if self.run_dir is not None:
