@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 import time
 from pathlib import Path
@@ -20,6 +21,7 @@ from fedhet.cli.common import (
     status_console,
     writable_dir,
 )
+from fedhet.engine.names import RunNames
 from fedhet.errors import ConfigError
 
 #: (metric, final|best, column label) of the compare table, in the papers' layout.
@@ -149,15 +151,58 @@ def cmd_compare(args: argparse.Namespace) -> int:
             title=f"{ran.data.dataset} · {ran.data.split} · "
             f"{ran.data.clients} clients · {ran.train.rounds} rounds · seeds {seeds}",
         )
-        print_contributions(results, {m: [r.summary for r in runs] for m, runs in result.runs.items()})
+        summaries = {m: [r.summary for r in runs] for m, runs in result.runs.items()}
+        print_class_recall(results, summaries)
+        print_contributions(results, summaries)
         results.print(f"runs and report: {out_dir}" + (f"  ({report_path})" if report_path else ""))
     return 0
+
+
+#: The per-class recall table is printed for at most this many classes (the report has every class).
+MAX_PRINTED_CLASSES = 20
+
+
+def print_class_recall(console, results: dict[str, list[dict[str, Any]]]) -> None:
+    """Final recall of each class (by name) per method, mean over seeds; for at most MAX_PRINTED_CLASSES
+    classes (the Markdown report holds the table for any number)."""
+    from rich.markup import escape
+    from rich.table import Table
+
+    recalls = {
+        m: [
+            s["final"]["per_class_recall"]
+            for s in summaries
+            if (s.get("final") or {}).get("per_class_recall")
+        ]
+        for m, summaries in results.items()
+    }
+    recalls = {m: r for m, r in recalls.items() if r}
+    if not recalls:
+        return
+    k = len(next(iter(recalls.values()))[0])
+    if k > MAX_PRINTED_CLASSES:
+        console.print(f"[dim]per-class recall of the {k} classes: in the report[/dim]")
+        return
+    names = RunNames.of_summary(next(iter(results.values()))[0])
+    table = Table(title="final per-class recall %")
+    table.add_column("class")
+    for m in recalls:
+        table.add_column(m, justify="right")
+    for c in range(k):
+        cells = []
+        for rows in recalls.values():
+            values = [row[c] for row in rows if row[c] is not None and math.isfinite(row[c])]
+            cells.append(fmt_metric("per_class_recall", sum(values) / len(values) if values else None))
+        table.add_row(escape(names.class_name(c)), *cells)
+    console.print(table)
+    console.print("[dim]mean over seeds[/dim]")
 
 
 def print_contributions(console, results: dict[str, list[dict[str, Any]]]) -> None:
     """Final contribution weights per client (mean over seeds) of every method that estimates them,
     beside FedAvg's sample-count weights; clients with a role in the split (maverick, free rider) are marked.
     """
+    from rich.markup import escape
     from rich.table import Table
 
     rows = {
@@ -174,8 +219,9 @@ def print_contributions(console, results: dict[str, list[dict[str, Any]]]) -> No
         roles[int(info["free_rider"])] = "free rider"
     means = {m: [sum(c[i] for c in cs) / len(cs) for i in range(n)] for m, cs in rows.items()}
     sizes = next(iter(results.values()))[0].get("client_sizes") or []
+    names = RunNames.of_summary(next(iter(results.values()))[0])
     table = Table(title="final contribution weights")
-    table.add_column("client", justify="right")
+    table.add_column("client")
     table.add_column("role")
     if len(sizes) == n:
         table.add_column("n_i/n", justify="right")
@@ -183,7 +229,9 @@ def print_contributions(console, results: dict[str, list[dict[str, Any]]]) -> No
         table.add_column(m, justify="right")
     for i in range(n):
         share = [f"{sizes[i] / sum(sizes):.3f}"] if len(sizes) == n else []
-        table.add_row(str(i), roles.get(i, ""), *share, *(f"{means[m][i]:.3f}" for m in means))
+        table.add_row(
+            escape(names.client(i)), roles.get(i, ""), *share, *(f"{means[m][i]:.3f}" for m in means)
+        )
     console.print(table)
     share_note = "; n_i/n = FedAvg's sample-count weight" if len(sizes) == n else ""
     console.print(f"[dim]mean over seeds; 1/N = {1 / n:.3f}{share_note}[/dim]")

@@ -66,7 +66,11 @@ def cmd_audit(args: argparse.Namespace) -> int:
     out = writable_file(Path(args.out) if args.out else Path("audit.md"), "--out")
     path, audits = write_audit([Path(p) for p in args.run_dirs], out)
     for a in audits:
-        counts = ", ".join(f"{kind} {a.flagged(kind)}" for kind in FLAGS if a.flagged(kind))
+        counts = ", ".join(
+            f"{kind} [{', '.join(a.names.client(c) for c in a.flagged(kind))}]"
+            for kind in FLAGS
+            if a.flagged(kind)
+        )
         print(f"{a.run_dir}: {a.method} seed {a.seed}: {counts or 'no flags'}")
     print(f"audit written to {path}")
     if args.html:

@@ -21,6 +21,7 @@ from fedhet.cli.common import (
     status_console,
     writable_dir,
 )
+from fedhet.engine.names import RunNames
 from fedhet.engine.rundir import CONFIG_FILE
 from fedhet.errors import ConfigError
 
@@ -116,6 +117,8 @@ def public_summary(summary: dict[str, Any]) -> dict[str, Any]:
         "rewards",
         "standalone",
         "wall_time_s",
+        "client_names",
+        "class_names",
     )
     return {k: summary.get(k) for k in keys}
 
@@ -133,6 +136,15 @@ def print_summary(console, summary: dict[str, Any]) -> None:
         label = f"{k} %" if in_percent(k) else k  # the row's unit
         table.add_row(label, fmt_metric(k, v), fmt_metric(k, summary["best"].get(k)))
     console.print(table)
+    names = RunNames.of_summary(summary)
+    recall = summary["final"].get("per_class_recall")
+    if recall:
+        cells = (f"{names.class_name(k)} {fmt_metric('per_class_recall', v)}" for k, v in enumerate(recall))
+        console.print("per-class recall %: " + ", ".join(cells), markup=False)
     if summary.get("contributions") is not None:
-        console.print("contributions: " + ", ".join(f"{c:.3f}" for c in summary["contributions"]))
+        cells = (f"{names.client(i)} {c:.3f}" for i, c in enumerate(summary["contributions"]))
+        console.print("contributions: " + ", ".join(cells), markup=False)
+    if summary.get("rewards") is not None:
+        cells = (f"{names.client(i)} {fmt_metric('accuracy', a)}" for i, a in enumerate(summary["rewards"]))
+        console.print("reward-model accuracy %: " + ", ".join(cells), markup=False)
     console.print(f"run directory: {summary['run_dir']}  ({summary['wall_time_s']:.1f} s)")

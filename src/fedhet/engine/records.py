@@ -16,6 +16,7 @@ from torch import Tensor
 
 from fedhet import metrics as M
 from fedhet.config import ExperimentConfig
+from fedhet.engine.names import RunNames
 from fedhet.engine.rundir import PARTITION_FILE, read_json_lines, write_atomic
 
 SCALAR_KEYS = (
@@ -214,6 +215,8 @@ def run_summary(
         # stretch of rounds with its own
         "fedhet_commit": commit,
         "fedhet_commits": code_commits,
+        # what the outputs call the clients and classes (fedhet.engine.names)
+        **getattr(federation, "names", RunNames()).to_summary(),
     }
 
 

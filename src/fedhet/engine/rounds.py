@@ -255,8 +255,7 @@ class RoundLoop:
 
     def client(self, cid: int) -> str:
         """A client as a log line names it: its number, and its site's name where the data name sites."""
-        sites = self.fed.dataset.sites if self.cfg.data.split == "sites" else ()
-        return f"client {cid} ({sites[cid]})" if cid < len(sites) else f"client {cid}"
+        return f"client {self.fed.names.client(cid)}"
 
     def describe_clients(self) -> dict[int, Reply]:
         """The round-0 exchange: every client's self-reported sample and class counts (validated)."""
@@ -372,7 +371,7 @@ class RoundLoop:
             cid, reason = min(lost.items())
             raise TrainingDivergedError(
                 f"every update of rounds {rnd - self.unusable_rounds + 1}..{rnd} was rejected or failed "
-                f"(e.g. client {cid}: {reason}); nothing is being trained. Lower train.lr or "
+                f"(e.g. {self.client(cid)}: {reason}); nothing is being trained. Lower train.lr or "
                 "train.weight_decay if the updates are non-finite, or loosen [guards]; "
                 "guards.max_all_rejected_rounds=0 never stops",
                 round=rnd,

@@ -21,6 +21,7 @@ from torch import Tensor, nn
 from fedhet.config import ExperimentConfig
 from fedhet.engine.client import describe_instruction, run_client
 from fedhet.engine.faults import fault_for
+from fedhet.engine.names import RunNames
 from fedhet.engine.protocol import (
     ClientData,
     ClientState,
@@ -85,6 +86,8 @@ class Federation:
     class_counts: np.ndarray
     pool_indices: np.ndarray
     info: dict[str, Any] = field(default_factory=dict)
+    #: What the outputs call the clients (their sites, for a ``sites`` split) and the classes.
+    names: RunNames = field(default_factory=RunNames)
 
     @property
     def num_classes(self) -> int:
@@ -204,6 +207,7 @@ def build_federation(cfg: ExperimentConfig, device: torch.device, raw_inputs: bo
         class_counts=partition.class_counts(pool_labels, ds.num_classes),
         pool_indices=pool,
         info=dict(partition.info),
+        names=RunNames.of_data(ds, cfg.data.split),
     )
 
 

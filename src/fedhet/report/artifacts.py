@@ -25,6 +25,7 @@ from typing import Any
 
 import numpy as np
 
+from fedhet.engine.names import RunNames
 from fedhet.engine.rundir import (
     CONFIG_FILE,
     PARTITION_FILE,
@@ -56,14 +57,15 @@ def write_run_artifacts(run_dir: str | Path) -> None:
     lines = read_metrics(run, missing_ok=True)
     summary = (read_summary(run) if is_finished(run) else None) or {}
     partition = _json(run / PARTITION_FILE) or {}
+    names = RunNames.of_summary(summary, partition.get("classes"))
     if "celm" in records:
-        write_celm(run, records["celm"], lines, summary, partition.get("info") or {})
+        write_celm(run, records["celm"], lines, summary, partition.get("info") or {}, names)
     if "submodel" in records:
-        write_submodel(run, records["submodel"], lines, summary)
+        write_submodel(run, records["submodel"], lines, summary, names)
     if "client_table" in records:
-        write_client_table(run, records["client_table"])
+        write_client_table(run, records["client_table"], names)
     if "fssl" in records:
-        write_fssl(run, records["fssl"], lines)
+        write_fssl(run, records["fssl"], lines, names)
 
 
 def _cells(values: Any) -> list[str]:
@@ -102,9 +104,16 @@ def celm_evidence(record: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def write_celm(
-    run: Path, record: dict[str, Any], lines: list[dict], summary: dict, info: dict[str, Any]
+    run: Path,
+    record: dict[str, Any],
+    lines: list[dict],
+    summary: dict,
+    info: dict[str, Any],
+    names: RunNames | None = None,
 ) -> None:
-    """contributions.csv (c per round), the evidence CSVs of every warm-up round, and three figures."""
+    """contributions.csv (c per round, a column per client), the evidence CSVs of every warm-up round (a row
+    per client, its ``site`` last), and three figures."""
+    names = names or RunNames()
     history = [(ln["round"], ln["contributions"]) for ln in lines if ln.get("contributions")]
     n = len(history[0][1]) if history else len(summary.get("contributions") or [])
     with open(run / "contributions.csv", "w", newline="") as fh:
@@ -122,25 +131,27 @@ def write_celm(
         t = e["round"]
         with open(ev_dir / f"round_{t:03d}_raw.csv", "w", newline="") as fh:
             w = csv.writer(fh)
-            w.writerow(header)
-            w.writerow(["global_previous"] + [f"{v:.8g}" for v in e["global"]])
+            w.writerow(header + ["site"])
+            w.writerow(["global_previous"] + [f"{v:.8g}" for v in e["global"]] + [""])
             for i in range(e["raw"].shape[0]):
-                w.writerow([f"client_{i}"] + _cells(e["raw"][i]))
+                w.writerow([f"client_{i}"] + _cells(e["raw"][i]) + [names.site(i)])
         with open(ev_dir / f"round_{t:03d}_debiased.csv", "w", newline="") as fh:
             w = csv.writer(fh)
-            w.writerow(header + ["score"])
-            w.writerow(["baseline"] + [f"{v:.8g}" for v in e["baseline"]] + [""])
+            w.writerow(header + ["score", "site"])
+            w.writerow(["baseline"] + [f"{v:.8g}" for v in e["baseline"]] + ["", ""])
             for i in range(e["debiased"].shape[0]):
-                w.writerow([f"client_{i}"] + _cells(e["debiased"][i]) + _cells(e["scores"][i : i + 1]))
+                scores = _cells(e["scores"][i : i + 1])
+                w.writerow([f"client_{i}"] + _cells(e["debiased"][i]) + scores + [names.site(i)])
     role = roles(info)
     fig_dir = run / "figures"
     F.plot_contribution_history(
-        history, int(record.get("warmup_rounds", 0)), role, fig_dir / "celm_contributions.png"
+        history, int(record.get("warmup_rounds", 0)), role, fig_dir / "celm_contributions.png", names=names
     )
     if evidence:
-        F.plot_evidence_heatmap(evidence[-1], role, fig_dir / "celm_evidence.png")
+        F.plot_evidence_heatmap(evidence[-1], role, fig_dir / "celm_evidence.png", names)
     if summary.get("contributions"):
-        F.plot_final_weights(np.asarray(summary["contributions"]), role, fig_dir / "celm_final_weights.png")
+        weights = np.asarray(summary["contributions"])
+        F.plot_final_weights(weights, role, fig_dir / "celm_final_weights.png", names)
 
 
 # --------------------------------------------------------------------------------------------------------
@@ -155,8 +166,12 @@ def _bcf_alpha(run: Path) -> float:
     return 0.5
 
 
-def write_submodel(run: Path, record: dict[str, Any], lines: list[dict], summary: dict) -> None:
-    """clients.csv, unit_frequency.csv, fairness_summary.json and four figures (see docs/fedrac.md)."""
+def write_submodel(
+    run: Path, record: dict[str, Any], lines: list[dict], summary: dict, names: RunNames | None = None
+) -> None:
+    """clients.csv (a row per client, its ``site`` last), unit_frequency.csv, fairness_summary.json and four
+    figures (see docs/fedrac.md)."""
+    names = names or RunNames()
     # The reputation the method allocated by: the standalone accuracies (the paper), or relative evidence
     # (data-free FedRAC); runs before the data-free option recorded it as "standalone".
     reputation = np.asarray(record.get("reputation", record.get("standalone")), dtype=np.float64)
@@ -167,13 +182,17 @@ def write_submodel(run: Path, record: dict[str, Any], lines: list[dict], summary
     # Without it (eval.fairness = false) the figures plot against the reputation instead.
     standalone = np.asarray(summary.get("standalone") or reputation, dtype=np.float64)
     rewards = summary.get("rewards") or [math.nan] * n
-    rows = ["client,standalone,reputation,sharpened_contribution,mask_size,reward"]
-    for cid in range(n):
-        reward = rewards[cid] if rewards[cid] is not None else math.nan
-        rows.append(
-            f"{cid},{standalone[cid]:.6f},{reputation[cid]:.6f},{sharpened[cid]:.6f},{sizes[cid]},{reward:.6f}"
+    with open(run / "clients.csv", "w", newline="") as fh:
+        writer = csv.writer(fh, lineterminator="\n")
+        writer.writerow(
+            ["client", "standalone", "reputation", "sharpened_contribution", "mask_size", "reward"]
         )
-    (run / "clients.csv").write_text("\n".join(rows) + "\n")
+        for cid in range(n):
+            reward = rewards[cid] if rewards[cid] is not None else math.nan
+            values = (standalone[cid], reputation[cid], sharpened[cid])
+            writer.writerow(
+                [cid, *(f"{v:.6f}" for v in values), sizes[cid], f"{reward:.6f}", names.site(cid)]
+            )
     snapshots = {int(r): np.asarray(v) for r, v in record["frequency_snapshots"].items()}
     freq_rows = ["round," + ",".join(f"unit_{u}" for u in range(record["units"]))]
     for r in sorted(snapshots):
@@ -184,7 +203,9 @@ def write_submodel(run: Path, record: dict[str, Any], lines: list[dict], summary
     (run / "fairness_summary.json").write_text(json.dumps(report, indent=2))
     figures = run / "figures"
     title = record["label"]
-    F.plot_rewards_scatter(standalone, rewards, _bcf_alpha(run), figures / "rewards_vs_standalone.png", title)
+    F.plot_rewards_scatter(
+        standalone, rewards, _bcf_alpha(run), figures / "rewards_vs_standalone.png", title, names
+    )
     F.plot_unit_frequency(
         snapshots, n, figures / "unit_frequency.png", title, split=record.get("layer_sizes", [])
     )
@@ -195,21 +216,23 @@ def write_submodel(run: Path, record: dict[str, Any], lines: list[dict], summary
 # --------------------------------------------------------------------------------------------------------
 # Own-model methods: the per-client table
 # --------------------------------------------------------------------------------------------------------
-def write_client_table(run: Path, record: dict[str, Any]) -> None:
-    """``<method>_clients.csv``: one row per client, one column per recorded per-client value."""
+def write_client_table(run: Path, record: dict[str, Any], names: RunNames | None = None) -> None:
+    """``<method>_clients.csv``: one row per client, one column per recorded per-client value, its ``site``
+    last ("" where the data name no sites)."""
+    names = names or RunNames()
     cols: dict[str, list[Any]] = record["columns"]
     count = len(next(iter(cols.values()))) if cols else 0
     with open(run / record["file"], "w", newline="") as fh:
         writer = csv.writer(fh)
-        writer.writerow(["client", *cols])
+        writer.writerow(["client", *cols, "site"])
         for cid in range(count):
-            writer.writerow([cid, *(cols[c][cid] for c in cols)])
+            writer.writerow([cid, *(cols[c][cid] for c in cols), names.site(cid)])
 
 
 # --------------------------------------------------------------------------------------------------------
 # Semi-supervised methods
 # --------------------------------------------------------------------------------------------------------
-def write_fssl(run: Path, record: dict[str, Any], lines: list[dict]) -> None:
+def write_fssl(run: Path, record: dict[str, Any], lines: list[dict], names: RunNames | None = None) -> None:
     """``fssl_rounds.csv`` and the pseudo-label figure; ``global_prior.csv`` and its figure for ProxyFL."""
     keys = sorted(
         {
@@ -245,7 +268,10 @@ def write_fssl(run: Path, record: dict[str, Any], lines: list[dict]) -> None:
         writer.writerow(["round", *[f"class_{k}" for k in range(num_classes)]])
         for rnd, prior in priors:
             writer.writerow([rnd, *prior])
-    prior_series = {f"class {k}": [(rnd, prior[k]) for rnd, prior in priors] for k in range(num_classes)}
+    names = names or RunNames()
+    prior_series = {
+        f"class {names.class_name(k)}": [(rnd, prior[k]) for rnd, prior in priors] for k in range(num_classes)
+    }
     F.plot_round_series(
         prior_series, run / "figures" / "global_prior.png", "ProxyFL: global class prior", "P(c)"
     )

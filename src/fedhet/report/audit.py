@@ -44,6 +44,7 @@ from typing import Any
 import numpy as np
 
 from fedhet.config import load_run_config
+from fedhet.engine.names import RunNames
 from fedhet.engine.records import last_aggregated_line, lost_clients
 from fedhet.engine.rundir import (
     CONFIG_FILE,
@@ -103,6 +104,8 @@ class Audit:
     described: np.ndarray | None = None  # (N, K) the class counts each client described in round 0
     evidence_rounds: list[dict[str, Any]] = field(default_factory=list)
     flags: list[Flag] = field(default_factory=list)
+    #: What the page calls the clients (``1 (south)``) and the classes (fedhet.engine.names).
+    names: RunNames = field(default_factory=RunNames)
 
     @property
     def num_clients(self) -> int:
@@ -179,6 +182,7 @@ def load_audit(run_dir: Path, settings: AuditSettings | None = None) -> Audit:
         class_shares=class_shares,
         evidence_rounds=evidence,
         described=_described(summary.get("described_class_counts"), weights.size),
+        names=RunNames.of_summary(summary),
     )
     audit.flags = flag_clients(audit, lines, settings or AuditSettings())
     return audit
@@ -221,8 +225,9 @@ def flag_clients(audit: Audit, lines: Sequence[dict[str, Any]], s: AuditSettings
                 (k, float(shares[i, k])) for k in range(shares.shape[1]) if shares[i, k] >= s.dominant_share
             ]
             if held:
+                name = audit.names.class_name
                 text = ", ".join(
-                    f"class {k}: {'sole' if v >= s.sole_share else 'dominant'} holder "
+                    f"class {name(k)}: {'sole' if v >= s.sole_share else 'dominant'} holder "
                     f"({100 * v:.0f} % of its {what})"
                     for k, v in held
                 )
@@ -279,7 +284,9 @@ def _starved_class_flags(audit: Audit, s: AuditSettings, uniform: float) -> list
         alone = [k for k in range(held.shape[1]) if held[i, k] and held[:, k].sum() == 1]
         w = float(audit.weights[i])
         if alone and w < s.starved_weight * uniform:
-            classes = ", ".join(f"class {k} ({int(audit.described[i, k])} samples)" for k in alone)
+            classes = ", ".join(
+                f"class {audit.names.class_name(k)} ({int(audit.described[i, k])} samples)" for k in alone
+            )
             flags.append(
                 Flag(
                     i,
@@ -439,7 +446,7 @@ def audit_markdown(audits: Sequence[Audit], fig_dir: Path, rel: str) -> str:
         parts += ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
         ranks = a.ranks()
         for i in range(a.num_clients):
-            row = [str(i), f"{a.weights[i]:.4f}", str(ranks[i])]
+            row = [a.names.client(i), f"{a.weights[i]:.4f}", str(ranks[i])]
             if a.sample_share is not None:
                 ratio = a.weights[i] / a.sample_share[i] if a.sample_share[i] > 0 else math.inf
                 row += [f"{a.sample_share[i]:.4f}", f"{ratio:.2f}"]
@@ -447,11 +454,13 @@ def audit_markdown(audits: Sequence[Audit], fig_dir: Path, rel: str) -> str:
                 sh = a.class_shares[i]
                 covered = int(np.sum(sh >= 0.5 / a.num_clients))
                 k = int(np.argmax(sh))
-                row += [f"{covered} / {sh.size}", f"{100 * sh[k]:.0f} % (class {k})"]
+                row += [f"{covered} / {sh.size}", f"{100 * sh[k]:.0f} % (class {a.names.class_name(k)})"]
             row.append(", ".join(sorted({f.kind for f in a.flags if f.client == i})) or "—")
             parts.append("| " + " | ".join(row) + " |")
         parts += ["", "Flags:", ""]
-        parts += [f"- client {f.client}, **{f.kind}**: {f.evidence}" for f in a.flags] or ["- none"]
+        parts += [f"- client {a.names.client(f.client)}, **{f.kind}**: {f.evidence}" for f in a.flags] or [
+            "- none"
+        ]
         parts.append("")
         for caption, drawn in _audit_figures(a, fig_dir, slug):
             if drawn:
@@ -465,14 +474,16 @@ def _audit_figures(a: Audit, fig_dir: Path, slug: str) -> list[tuple[str, Path |
     out: list[tuple[str, Path | None]] = []
     path = fig_dir / f"{slug}-weights.png"
     title = f"{a.method}: {a.weight_source}s over rounds (flags coloured)"
-    drawn = F.plot_contribution_history(a.history, 0, roles, path, title=title, ylabel=a.weight_source)
+    drawn = F.plot_contribution_history(
+        a.history, 0, roles, path, title=title, ylabel=a.weight_source, names=a.names
+    )
     out.append(("weights over rounds", path if drawn else None))
     if a.evidence_rounds:
         path = fig_dir / f"{slug}-evidence.png"
         out.append(
             (
                 "evidence heatmap",
-                path if F.plot_evidence_heatmap(a.evidence_rounds[-1], roles, path) else None,
+                path if F.plot_evidence_heatmap(a.evidence_rounds[-1], roles, path, a.names) else None,
             )
         )
     if a.sample_share is not None:
@@ -491,7 +502,11 @@ def plot_weight_vs_share(a: Audit, roles: dict[str, list[int]], path: Path) -> b
         role = "free_rider" if i in roles["free_rider"] else "maverick" if i in roles["maverick"] else "other"
         ax.scatter(a.sample_share[i], a.weights[i], color=F.ROLE_COLORS[role], s=30)
         ax.annotate(
-            str(i), (a.sample_share[i], a.weights[i]), fontsize=7, xytext=(3, 3), textcoords="offset points"
+            a.names.client(i),
+            (a.sample_share[i], a.weights[i]),
+            fontsize=7,
+            xytext=(3, 3),
+            textcoords="offset points",
         )
     ax.set_xlabel("sample share (self-described)")
     ax.set_ylabel(f"final {a.weight_source}")

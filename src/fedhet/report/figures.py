@@ -15,6 +15,8 @@ from typing import Any
 
 import numpy as np
 
+from fedhet.engine.names import RunNames
+
 
 def new_figure(width: float = 6.5, height: float = 4.0, dpi: int = 100):
     """A matplotlib Figure of ``width`` × ``height`` inches on the Agg canvas."""
@@ -77,10 +79,12 @@ def plot_class_counts(
     path: str | os.PathLike,
     title: str | None = None,
     class_names: Sequence[str] | None = None,
+    client_names: Sequence[str] | None = None,
 ) -> None:
     """Client × class heatmap of a partition's (N, K) class-count matrix, saved as a PNG at ``path``.
 
-    Counts are written into the cells when the matrix is small (<= 400 cells); row totals label the y axis.
+    Counts are written into the cells when the matrix is small (<= 400 cells); the clients (``client_names``:
+    ``1 (south)``, else their numbers) with their row totals label the y axis.
     """
     matrix = np.asarray(counts)
     if matrix.ndim != 2:
@@ -99,14 +103,15 @@ def plot_class_counts(
     image = ax.imshow(matrix, aspect="auto", cmap="viridis", interpolation="nearest")
     fig.colorbar(image, ax=ax, label="samples")
     ax.set_xlabel("class")
-    ax.set_ylabel("client (total)")
+    ax.set_ylabel("client: total samples")
     if n_classes <= 60:
         ax.set_xticks(range(n_classes))
         ax.set_xticklabels(names, rotation=45 if max(len(s) for s in names) > 3 else 0, ha="right")
     if n_clients <= 60:
         totals = matrix.sum(axis=1)
         ax.set_yticks(range(n_clients))
-        ax.set_yticklabels([f"{i} ({int(t)})" for i, t in enumerate(totals)])
+        clients = list(client_names) if client_names is not None else [str(i) for i in range(n_clients)]
+        ax.set_yticklabels([f"{c}: {int(t)}" for c, t in zip(clients, totals, strict=False)])
     if matrix.size <= MAX_ANNOTATED_CELLS:
         # Dark text on the bright end of viridis, light text elsewhere, so every number stays readable.
         top = float(matrix.max()) if matrix.size else 0.0
@@ -240,9 +245,10 @@ def plot_contributions(run: dict[str, Any], path: Path) -> bool:
     info = run["summary"].get("partition_info") or {}
     special = set(info.get("maverick_clients", []) or [])
     fr = info.get("free_rider")
+    names = run.get("names") or RunNames()
     for i in range(arr.shape[1]):
         style = "-"
-        label = f"client {i}"
+        label = f"client {names.client(i)}"
         if i in special:
             label += " (maverick)"
             style = "--"
@@ -305,8 +311,10 @@ def plot_contribution_history(
     path: Path,
     title: str = "CELM contribution weights over rounds",
     ylabel: str = "contribution weight c_i",
+    names: RunNames | None = None,
 ) -> bool:
-    """Contribution weights c_i^t over rounds (warm-up shaded; free riders and mavericks coloured)."""
+    """Contribution weights c_i^t over rounds (warm-up shaded; free riders and mavericks coloured; clients
+    as ``names`` writes them)."""
     if not history:
         return False
     rounds = np.array([r for r, _ in history])
@@ -319,7 +327,9 @@ def plot_contribution_history(
     for i in range(n):
         role = _role_of(i, roles)
         style = {"color": ROLE_COLORS[role], "lw": 2.0} if role != "other" else {"lw": 1.0, "alpha": 0.7}
-        label = f"client {i}" + ("" if role == "other" else f" ({role.replace('_', '-')})")
+        label = f"client {(names or RunNames()).client(i)}" + (
+            "" if role == "other" else f" ({role.replace('_', '-')})"
+        )
         ax.plot(rounds, c[:, i], label=label, **style, **curve_style(i, len(rounds)))
     ax.axhline(1.0 / n, color="k", ls="--", lw=0.8, label="1/N")
     integer_rounds(ax)
@@ -331,12 +341,16 @@ def plot_contribution_history(
     return True
 
 
-def plot_evidence_heatmap(record: Mapping[str, Any], roles: Mapping[str, list[int]], path: Path) -> bool:
+def plot_evidence_heatmap(
+    record: Mapping[str, Any], roles: Mapping[str, list[int]], path: Path, names: RunNames | None = None
+) -> bool:
     """Client × class heatmaps of one warm-up round: raw q̃ (and the global row), q = max(0, q̃ − b)."""
     raw, q = np.asarray(record["raw"]), np.asarray(record["debiased"])
     n, k = raw.shape
+    names = names or RunNames()
     labels = [
-        f"{i}" + {"free_rider": " FR", "maverick": " MV", "other": ""}[_role_of(i, roles)] for i in range(n)
+        names.client(i) + {"free_rider": " FR", "maverick": " MV", "other": ""}[_role_of(i, roles)]
+        for i in range(n)
     ]
     fig = new_figure(min(4.0 + 1.0 * k, 26.0), min(2.5 + 0.35 * (n + 1), 20.0))
     panels = (
@@ -352,6 +366,7 @@ def plot_evidence_heatmap(record: Mapping[str, Any], roles: Mapping[str, list[in
         image = ax.imshow(np.ma.masked_invalid(mat), aspect="auto", cmap="viridis", interpolation="nearest")
         fig.colorbar(image, ax=ax)
         ax.set_xticks(range(k))
+        ax.set_xticklabels(names.class_labels(k), rotation=45 if k > 3 else 0, ha="right" if k > 3 else "center")
         ax.set_xlabel("class")
         ax.set_yticks(range(len(ylabels)))
         ax.set_yticklabels(ylabels, fontsize=7)
@@ -380,7 +395,9 @@ def _fmt_baseline(baseline: np.ndarray) -> str:
     return f"{float(b.flat[0]):.2f}" if b.size and np.allclose(b, b.flat[0]) else "b_c per class"
 
 
-def plot_final_weights(contribution: np.ndarray, roles: Mapping[str, list[int]], path: Path) -> bool:
+def plot_final_weights(
+    contribution: np.ndarray, roles: Mapping[str, list[int]], path: Path, names: RunNames | None = None
+) -> bool:
     """Bar chart of the final (frozen) weights with 1/N (FedAvg's equal share); roles coloured."""
     c = np.asarray(contribution)
     if c.size == 0:
@@ -392,6 +409,7 @@ def plot_final_weights(contribution: np.ndarray, roles: Mapping[str, list[int]],
     ax.bar(range(n), c, color=colors)
     ax.axhline(1.0 / n, color="k", ls="--", lw=0.8)
     ax.set_xticks(range(n))
+    ax.set_xticklabels((names or RunNames()).client_labels(n), rotation=45 if names and names.clients else 0)
     ax.set_xlabel("client")
     ax.set_ylabel("final weight c_i")
     from matplotlib.patches import Patch
@@ -415,7 +433,12 @@ def plot_final_weights(contribution: np.ndarray, roles: Mapping[str, list[int]],
 # Submodels (FedRAC, FedSAC): rewards, unit frequency, fairness, mask sizes
 # --------------------------------------------------------------------------------------------------------
 def plot_rewards_scatter(
-    standalone: Sequence[float], rewards: Sequence[float | None], alpha: float, path: Path, title: str
+    standalone: Sequence[float],
+    rewards: Sequence[float | None],
+    alpha: float,
+    path: Path,
+    title: str,
+    names: RunNames | None = None,
 ) -> bool:
     """Reward vs standalone accuracy per client, with the α-BCF bounds s < a ≤ ((1−α)s/max s + α)·max a."""
     s = np.asarray(standalone, dtype=float)
@@ -432,7 +455,8 @@ def plot_rewards_scatter(
     ax.scatter(100 * s[passed], 100 * a[passed], color="tab:green", s=30, label="within BCF bounds")
     ax.scatter(100 * s[~passed], 100 * a[~passed], color="tab:orange", marker="x", s=36, label="outside")
     for cid, (x, y) in enumerate(zip(s, a, strict=True)):
-        ax.annotate(str(cid), (100 * x, 100 * y), textcoords="offset points", xytext=(4, 3), fontsize=7)
+        label = (names or RunNames()).client(cid)
+        ax.annotate(label, (100 * x, 100 * y), textcoords="offset points", xytext=(4, 3), fontsize=7)
     ax.set_xlabel("standalone accuracy (%)")
     ax.set_ylabel("reward accuracy, final round (%)")
     ax.set_title(f"{title}: rewards vs standalone ({int(passed.sum())}/{len(s)} within BCF)", fontsize=9)

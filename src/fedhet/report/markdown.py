@@ -10,6 +10,7 @@ from typing import Any
 
 import numpy as np
 
+from fedhet.engine.names import RunNames
 from fedhet.engine.rundir import (
     CONFIG_FILE,
     PARTITION_FILE,
@@ -49,11 +50,14 @@ def load_run(run_dir: Path) -> dict[str, Any]:
     metrics = read_metrics(run_dir)
     partition_file = run_dir / PARTITION_FILE
     partition = json.loads(partition_file.read_text()) if partition_file.is_file() else None
+    summary = read_summary(run_dir)
     return {
         "dir": run_dir,
-        "summary": read_summary(run_dir),
+        "summary": summary,
         "metrics": metrics,
         "partition": partition,
+        # what the tables and figures call the clients and classes (fedhet.engine.names)
+        "names": RunNames.of_summary(summary, (partition or {}).get("classes")),
     }
 
 
@@ -96,6 +100,28 @@ def summary_table(runs: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+def class_recall_table(runs: list[dict[str, Any]]) -> str:
+    """Markdown table of the final recall of each class (by name), one column per method, mean ± std over
+    its seeds; "" when no run recorded per-class recall."""
+    methods: dict[str, list[list[float]]] = {}
+    for r in runs:
+        recall = r["summary"]["final"].get("per_class_recall")
+        if recall:
+            methods.setdefault(r["summary"]["method"], []).append(recall)
+    if not methods:
+        return ""
+    k = max(len(rows[0]) for rows in methods.values())
+    names = runs[0]["names"]
+    lines = ["| class | " + " | ".join(methods) + " |", "|---|" + "---|" * len(methods)]
+    for c in range(k):
+        cells = [
+            _mean_std([100 * row[c] for row in rows if c < len(row) and row[c] is not None])
+            for rows in methods.values()
+        ]
+        lines.append(f"| {names.class_name(c)} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
 def _link(path: str) -> str:
     """A Markdown link target: angle brackets keep a path with spaces or parentheses one link."""
     return f"<{path}>" if any(ch in path for ch in " ()") else path
@@ -125,6 +151,9 @@ def write_report(paths: list[Path], out: str | os.PathLike, title: str | None = 
         "accuracy (FedRAC's protocol); 'best' is the best value over evaluated rounds.",
         "",
     ]
+    recall_table = class_recall_table(runs)
+    if recall_table:
+        md += ["## Final recall per class (%, mean ± std over seeds)", "", recall_table, ""]
     figures = []
     if plot_metric_curves(runs, "accuracy", fig_dir / "accuracy.png", "test accuracy (%)", 100):
         figures.append(("Test accuracy per round", fig_dir / "accuracy.png"))
@@ -138,13 +167,17 @@ def write_report(paths: list[Path], out: str | os.PathLike, title: str | None = 
         figures.append(("Rare-class recall per round", fig_dir / "rare_class_recall.png"))
     if plot_metric_curves(runs, "fairness_pearson", fig_dir / "fairness.png", "fairness (ρ×100)"):
         figures.append(("Fairness per round", fig_dir / "fairness.png"))
-    classes = first["partition"]["classes"] if first["partition"] else None
+    classes = list(first["names"].classes) or None
     if plot_per_class_recall(runs, fig_dir / "per_class_recall.png", classes):
         figures.append(("Final per-class recall (mean over seeds)", fig_dir / "per_class_recall.png"))
     if first["partition"]:
         counts = np.array(first["partition"]["counts"])
         plot_class_counts(
-            counts, fig_dir / "partition.png", title="client × class counts", class_names=classes
+            counts,
+            fig_dir / "partition.png",
+            title="client × class counts",
+            class_names=first["names"].class_labels(counts.shape[1]),
+            client_names=first["names"].client_labels(counts.shape[0]),
         )
         figures.append(("Client sizes and class mix (first run)", fig_dir / "partition.png"))
     if plot_rewards_vs_standalone(runs, fig_dir / "rewards.png"):
@@ -167,16 +200,22 @@ def write_report(paths: list[Path], out: str | os.PathLike, title: str | None = 
             md += [f"### {caption}", "", f"![{caption}]({rel(p)})", ""]
     md += ["## Per-run details", ""]
     for r in runs:
-        s = r["summary"]
+        s, names = r["summary"], r["names"]
         md.append(
             f"- `{r['dir'].name}`: {s['method']}, seed {s['seed']}, {s['rounds']} rounds, "
             f"{s.get('wall_time_s', 0):.1f} s"
         )
         if s.get("contributions"):
-            md.append("  - contributions: " + ", ".join(f"{c:.3f}" for c in s["contributions"]))
+            md.append(
+                "  - contributions: "
+                + ", ".join(f"{names.client(i)} {c:.3f}" for i, c in enumerate(s["contributions"]))
+            )
         if s.get("rewards"):
             md.append(
-                "  - reward accuracies: " + ", ".join(f"{100 * a:.1f}" for a in s["rewards"] if a is not None)
+                "  - reward accuracies: "
+                + ", ".join(
+                    f"{names.client(i)} {100 * a:.1f}" for i, a in enumerate(s["rewards"]) if a is not None
+                )
             )
     if cfg_text:
         md += ["", "## Configuration (first run)", "", "```toml", cfg_text.strip(), "```", ""]
