@@ -386,6 +386,53 @@ def test_a_site_the_validation_hold_out_empties_is_named_with_the_fix():
                for e in refused)  # fmt: skip
 
 
+def test_a_three_row_site_the_validation_hold_out_empties_is_refused_by_name_with_the_fix():
+    """The hold-out draws over all training rows, not per site (so that no recorded run changes): a small
+    site may lose every row. Then the run stops, naming the site and its rows and the fix; it never trains
+    with one client fewer or quietly keeps a row back."""
+    columns = {
+        "x": np.arange(23, dtype=float),
+        "site": np.array(["big"] * 20 + ["small"] * 3),
+        "y": np.arange(23) % 2,
+    }
+    data = from_table(columns, columns, label="y", client="site", name="small-site")
+    config = {"data": {"clients": 2, "split": "sites", "validation_fraction": 0.5},
+              "model": {"name": "tabular-mlp"}, "train": {"rounds": 1}}  # fmt: skip
+    refused = []
+    for seed in range(16):
+        try:
+            fedhet.run({**config, "seed": seed}, dataset=data)
+        except ConfigError as err:
+            refused.append(str(err))
+    assert refused, "no seed's hold-out took the small site's three rows"
+    for message in refused:
+        assert (
+            "site(s) 'small' (3 rows) keep no training rows after data.validation_fraction = 0.5" in message
+        )
+        assert "lower data.validation_fraction" in message
+
+
+def test_a_site_the_test_hold_out_empties_is_refused_by_name_with_the_fix(tmp_path):
+    """One table with a client column and no test file: the stratified test hold-out (0.2, seed 0) may take
+    a one-row site's only row. It is refused, naming the site and the fix, never left out silently."""
+    refused, kept = [], 0
+    for position in range(20):
+        rows = [[i, "big", "yes" if i % 2 else "no"] for i in range(20)]
+        rows[position][1] = "tiny"
+        _write_csv(tmp_path / f"t{position}.csv", ["x", "hospital", "y"], rows)
+        try:
+            ds = load_table_files(tmp_path / f"t{position}.csv", label="y", client="hospital")
+        except DataError as err:
+            refused.append(str(err))
+        else:
+            kept += 1
+            assert ds.sites == ("big", "tiny")
+    assert refused and kept  # 4 of the 20 rows go to test
+    for message in refused:
+        assert "takes every row of site(s) 'tiny' (1 row(s)), which would then not be a client" in message
+        assert "give a test file (data.test_path" in message
+
+
 # --------------------------------------------------------------------------------------------------------
 # Model, augmentations
 # --------------------------------------------------------------------------------------------------------

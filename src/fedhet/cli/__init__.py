@@ -1,9 +1,10 @@
-"""The ``fedhet`` command: datasets, partition, run, compare, shapley, report, audit, reproduce, robustness,
-study, records, methods, experiments.
+"""The ``fedhet`` command: datasets, partition, data describe, run, compare, shapley, report, audit,
+reproduce, robustness, study, records, methods, experiments.
 
 One module per command group, each registering its subcommands and holding what they do: ``data``
-(datasets, partition), ``run``, ``compare``, ``shapley``, ``report`` (report, audit), ``reproduce``,
-``robustness``, ``study``, ``records``, ``catalog`` (methods, experiments); ``common`` holds what they share.
+(datasets, partition), ``describe`` (data describe), ``run``, ``compare``, ``shapley``, ``report`` (report,
+audit), ``reproduce``, ``robustness``, ``study``, ``records``, ``catalog`` (methods, experiments); ``common``
+holds what they share.
 ``run`` and ``compare`` parse the command line, build the config once and call :mod:`fedhet.api`.
 """
 
@@ -13,7 +14,19 @@ import argparse
 import logging
 import sys
 
-from fedhet.cli import catalog, compare, data, records, report, reproduce, robustness, run, shapley, study
+from fedhet.cli import (
+    catalog,
+    compare,
+    data,
+    describe,
+    records,
+    report,
+    reproduce,
+    robustness,
+    run,
+    shapley,
+    study,
+)
 from fedhet.cli.common import interrupted_line
 from fedhet.errors import CALLER, FedhetError
 
@@ -25,7 +38,19 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     sub = parser.add_subparsers(dest="command", required=True)
     # `fedhet --help` order
-    for group in (data, run, compare, shapley, report, reproduce, robustness, study, records, catalog):
+    for group in (
+        data,
+        describe,
+        run,
+        compare,
+        shapley,
+        report,
+        reproduce,
+        robustness,
+        study,
+        records,
+        catalog,
+    ):
         group.register(sub)
     return parser
 

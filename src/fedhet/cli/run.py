@@ -21,6 +21,7 @@ from fedhet.cli.common import (
     status_console,
     writable_dir,
 )
+from fedhet.cli.describe import short_description
 from fedhet.engine.names import RunNames
 from fedhet.engine.rundir import CONFIG_FILE
 from fedhet.errors import ConfigError
@@ -80,6 +81,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     else:
         config = build_config(args)
         run_dir = writable_dir(Path(args.out) if args.out else default_run_dir(config), "--out")
+        if not args.quiet:  # a table's rows per site, columns and classes, before any training
+            for line in short_description(config):
+                print(f"fedhet: {line}", file=sys.stderr)
     args.resume_command = f"fedhet run --resume {shlex.quote(str(run_dir))}"  # printed on Ctrl-C
     # The bar appears with the first round: a bad method or a taken --out fails before it, with no run
     # directory written.
