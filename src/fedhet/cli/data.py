@@ -31,6 +31,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--plot", metavar="FILE.png", help="save the matrix as a heatmap")
     p.add_argument("--json", action="store_true")
     p.add_argument("--list", action="store_true", help="list the splits and their parameters")
+    p.add_argument(
+        "--export-sites",
+        metavar="DIR",
+        help="write each client's data to DIR/<site>/ as a deployment node reads it (docs/flower.md)",
+    )
+    p.add_argument("--force", action="store_true", help="with --export-sites: replace what DIR holds")
     p.set_defaults(func=cmd_partition)
 
 
@@ -81,6 +87,14 @@ def cmd_partition(args: argparse.Namespace) -> int:
             raise SystemExit(f"--param {item!r} must look like key=value")
     args.set = [f"data.split_params.{item}" for item in args.param] + list(args.set)
     cfg = build_config(args)
+    if args.export_sites:
+        from fedhet.flower.sites import export_sites
+
+        for site in export_sites(cfg, args.export_sites, force=args.force):
+            print(f"client {site.cid}: {site.rows} rows in {site.folder}")
+            print(f'  flower-supernode --superlink SUPERLINK:9092 --node-config "{site.node_config}"')
+        print(f"node configs in {args.export_sites}/nodes.txt; commands in {args.export_sites}/README.md")
+        return 0
     # The run's own data path (subset, validation hold-out, seeded split): the same clients exactly.
     fed = build_federation(cfg, torch.device("cpu"))
     counts = fed.class_counts

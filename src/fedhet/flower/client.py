@@ -17,6 +17,7 @@ own text, so the server logs why a node failed instead of waiting for it.
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
 import time
 import traceback
@@ -25,7 +26,7 @@ from typing import Any
 
 import numpy as np
 import torch
-from flwr.app import ConfigRecord, Context, Error, Message
+from flwr.app import ConfigRecord, Context, Error, Message, RecordDict
 from flwr.clientapp import ClientApp
 
 from fedhet.config import ExperimentConfig, load_config_text
@@ -44,6 +45,8 @@ RUN_RECORD = "fedhet.run"
 NODE_RECORD = "fedhet.node"
 #: The reply's record of the node's seconds: the whole handler, and run_client's training within it.
 TIMING_RECORD = "fedhet.timing"
+#: The record of a node's report on its own table (the first exchange of a run with node-tables).
+TABLE_RECORD = "fedhet.table"
 #: Error code of a fedhet client failure (any other is Flower's own).
 CLIENT_ERROR = 1101
 
@@ -73,14 +76,12 @@ class NodeRuntime:
     def _load_data(self, run: dict[str, Any], node_config: dict[str, Any]) -> tuple[ClientData, int, bool]:
         cfg = self.cfg
         raw = self.trainer.needs_raw_inputs
+        if "data-path" in node_config:  # the node's own table (CSV / Parquet), encoded as the run says
+            cid = _client_id(node_config, "data-path")
+            data = _local_table_data(str(node_config["data-path"]), cid, run, raw, self.device)
+            return data, cid, True
         if "data-dir" in node_config:
-            if "client-id" not in node_config:
-                raise ProtocolError(
-                    "a node with its own data-dir needs its client id in the federation: start it with "
-                    "--node-config \"client-id=0 data-dir='...'\" (ids 0..N-1, one per node, stable across "
-                    "restarts)"
-                )
-            cid = int(node_config["client-id"])
+            cid = _client_id(node_config, "data-dir")
             data, names_given = _local_client_data(
                 str(node_config["data-dir"]), cid, self.classes, self.input_shape, run, raw, self.device
             )
@@ -88,7 +89,8 @@ class NodeRuntime:
         if "partition-id" not in node_config:
             raise ProtocolError(
                 "the node has neither a data-dir (its own data) nor a partition-id (Flower simulation) in "
-                "its node config; start it with --node-config \"client-id=0 data-dir='/srv/site-a'\""
+                "its node config; start it with --node-config \"client-id=0 data-dir='/srv/site-a'\" (or "
+                "data-path='/srv/site-a/train.csv' for a table)"
             )
         cid = int(node_config["partition-id"])
         partitions = int(node_config.get("num-partitions", cfg.data.clients))
@@ -128,7 +130,7 @@ def _local_client_data(
     device: torch.device,
 ) -> tuple[ClientData, bool]:
     """A node's own data as ClientData, normalised with the run's statistics; shape and labels checked."""
-    from fedhet.data.datasets import load_local_data, to_tensor
+    from fedhet.data.datasets import load_local_data
 
     table = len(input_shape) == 1
     arrays, names_given = load_local_data(data_dir, channels=1 if table else input_shape[0])
@@ -145,21 +147,98 @@ def _local_client_data(
         raise DataError(
             f"data-dir {data_dir}: class names {list(arrays.classes)} differ from the run's {classes}"
         )
+    return _client_data(arrays.train_x, labels, cid, len(classes), run, table, raw, device), names_given
+
+
+def _client_id(node_config: dict[str, Any], data_key: str) -> int:
+    if "client-id" not in node_config:
+        raise ProtocolError(
+            f"a node with its own {data_key} needs its client id in the federation: start it with "
+            f"--node-config \"client-id=0 {data_key}='...'\" (ids 0..N-1, one per node, stable across "
+            "restarts)"
+        )
+    return int(node_config["client-id"])
+
+
+def _read_site_table(path: str) -> tuple[dict[str, Any], str]:
+    from fedhet.data.datasets.site_tables import read_table_file
+
+    return read_table_file(path), f"data-path {path}"
+
+
+def table_report(message: Message, context: Context) -> Message:
+    """The first exchange of a run whose nodes hold their own tables: what this node's table holds (per
+    numeric column its sums, per categorical column its levels, its label counts; never a row)."""
+    from fedhet.data.datasets.site_tables import site_report
+
+    run = dict(message.content[RUN_RECORD])
+    cfg = load_config_text(str(run["config"]))
+    node_config = dict(context.node_config)
+    if "data-path" not in node_config:
+        raise ProtocolError(
+            "the run's nodes read their own tables (node-tables = true) but this node has no data-path; "
+            "start it with --node-config \"client-id=0 data-path='/srv/site-a/train.csv'\""
+        )
+    cid = _client_id(node_config, "data-path")
+    columns, source = _read_site_table(str(node_config["data-path"]))
+    d = cfg.data
+    report = site_report(
+        columns,
+        label=d.label_column,
+        client=d.client_column,
+        categorical=d.categorical_columns,
+        source=source,
+    )
+    content = RecordDict()
+    content[NODE_RECORD] = ConfigRecord({"client-id": cid})
+    content[TABLE_RECORD] = ConfigRecord({"json": json.dumps(report)})
+    return Message(content, reply_to=message)
+
+
+def _local_table_data(
+    path: str, cid: int, run: dict[str, Any], raw: bool, device: torch.device
+) -> ClientData:
+    """A node's own table, encoded with the run's encoding (the server's combination of every site's report)
+    and standardised with the run's statistics."""
+    from fedhet.data.datasets.site_tables import TableEncoding, encode_rows
+
+    if "encoding" not in run:
+        raise ProtocolError(
+            "this node reads its own table (data-path) but the run sends no table encoding: submit the run "
+            "with node-tables=true in flwr run's --run-config"
+        )
+    encoding = TableEncoding.from_json(json.loads(str(run["encoding"])))
+    columns, source = _read_site_table(path)
+    x, y = encode_rows(columns, encoding, source)
+    return _client_data(x, y, cid, len(encoding.classes), run, True, raw, device)
+
+
+def _client_data(
+    x: np.ndarray,
+    labels: np.ndarray,
+    cid: int,
+    num_classes: int,
+    run: dict[str, Any],
+    table: bool,
+    raw: bool,
+    device: torch.device,
+) -> ClientData:
+    from fedhet.data.datasets import to_tensor
+
     normalize = _normalizer(list(run["mean"]), list(run["std"]), table)
-    images = to_tensor(arrays.train_x)  # canonical strides (see datasets.to_tensor: oneDNN and NHWC)
+    images = to_tensor(x)  # canonical strides (see datasets.to_tensor: oneDNN and NHWC)
     if table and raw:  # a table's augmentations work on standardised rows (as in the embedded engine)
         inputs, normalize = normalize(images), (lambda x: x)
     else:
         inputs = (images.float() / 255.0) if raw else normalize(images)
-    data = ClientData(
+    return ClientData(
         cid=cid,
         inputs=inputs.to(device),
         labels=torch.from_numpy(labels.astype(np.int64)).to(device),
         indices=torch.arange(len(labels), device=device),
-        num_classes=len(classes),
+        num_classes=num_classes,
         normalize=normalize if raw else None,
     )
-    return data, names_given
 
 
 def _run_record(message: Message, context: Context) -> dict[str, Any]:
@@ -185,7 +264,9 @@ def _runtime(message: Message, context: Context) -> NodeRuntime:
 
 
 def describe(message: Message, context: Context) -> Message:
-    """The round-0 exchange: this node's description and who it is."""
+    """The round-0 exchange: this node's description and who it is (or, first, its table's report)."""
+    if RUN_RECORD in message.content and message.content[RUN_RECORD].get("table-report", False):
+        return table_report(message, context)
     rt = _runtime(message, context)
     ctx = TrainContext(0, torch.Generator(), rt.device, rt.cfg.train, rt.model, shared=None)
     fault = fault_for(rt.cfg, rt.cid, 0)

@@ -40,6 +40,20 @@ ROUND_TIMEOUT = 600.0
 CONNECT_TIMEOUT = 120.0
 
 
+def wait_for_nodes(grid: Grid, count: int, timeout: float) -> list[int]:
+    """The connected nodes, waiting up to ``timeout`` seconds for ``count`` of them."""
+    deadline = time.monotonic() + timeout
+    nodes = sorted(grid.get_node_ids())
+    while len(nodes) < count and time.monotonic() < deadline:
+        time.sleep(1.0)
+        nodes = sorted(grid.get_node_ids())
+    if len(nodes) < count:
+        log.warning(
+            "%d of %d nodes connected within %.0f s; going on without the others", len(nodes), count, timeout
+        )
+    return nodes
+
+
 class FlowerTransport(Transport):
     """Instructions to Flower nodes and replies back, with the node ↔ client-id map of round 0."""
 
@@ -66,19 +80,7 @@ class FlowerTransport(Transport):
     # -- round 0 --------------------------------------------------------------------------------------
     def wait_for_nodes(self) -> list[int]:
         """The connected nodes, waiting up to ``connect_timeout`` for as many as there are clients."""
-        deadline = time.monotonic() + self.connect_timeout
-        nodes = sorted(self.grid.get_node_ids())
-        while len(nodes) < self.num_clients and time.monotonic() < deadline:
-            time.sleep(1.0)
-            nodes = sorted(self.grid.get_node_ids())
-        if len(nodes) < self.num_clients:
-            log.warning(
-                "%d of %d nodes connected within %.0f s; going on without the others",
-                len(nodes),
-                self.num_clients,
-                self.connect_timeout,
-            )
-        return nodes
+        return wait_for_nodes(self.grid, self.num_clients, self.connect_timeout)
 
     def describe(self, client_ids: Sequence[int]) -> tuple[dict[int, Reply], Failures]:
         nodes = self.wait_for_nodes()
@@ -205,14 +207,28 @@ class FlowerServer(RoundLoop):
         *,
         round_timeout: float = ROUND_TIMEOUT,
         connect_timeout: float = CONNECT_TIMEOUT,
+        node_tables: bool = False,
         **kwargs: Any,
     ) -> None:
         super().__init__(cfg, strategy, **kwargs)
         self.grid = grid
         self.round_timeout = round_timeout
         self.connect_timeout = connect_timeout
+        #: The nodes read their own tables: the encoding and statistics come from their reports.
+        self.node_tables = node_tables
+        self.table_encoding: Any = None
+        self.table_refused: dict[int, str] = {}
 
     def build_data(self):
+        if self.node_tables:
+            from fedhet.flower.site_tables import collect_table_reports, table_federation
+
+            nodes = wait_for_nodes(self.grid, self.cfg.data.clients, self.connect_timeout)
+            reports, self.table_refused = collect_table_reports(
+                self.grid, nodes, self.cfg, self.cfg.data.clients, self.round_timeout
+            )
+            fed, self.table_encoding = table_federation(self.cfg, reports, self.device)
+            return fed
         from fedhet.engine.simulation import build_federation
 
         return build_federation(self.cfg, self.device)
@@ -226,6 +242,8 @@ class FlowerServer(RoundLoop):
             "mean": [float(m) for m in ds.mean],
             "std": [float(s) for s in ds.std],
         }
+        if self.table_encoding is not None:
+            run_record["encoding"] = json.dumps(self.table_encoding.to_json())
         return FlowerTransport(
             self.grid,
             run_record,
@@ -239,7 +257,7 @@ class FlowerServer(RoundLoop):
         if self.run_dir is not None:
             nodes = {
                 "clients": {str(c): n for c, n in sorted(self.transport.node_of.items())},
-                "refused": {str(n): r for n, r in self.transport.refused.items()},
+                "refused": {str(n): r for n, r in {**self.table_refused, **self.transport.refused}.items()},
             }
             (self.run_dir / "flower_nodes.json").write_text(json.dumps(nodes, indent=2))
         return summary
@@ -260,7 +278,7 @@ def make_server_app(
 
     With ``cfg`` (Flower simulation from Python) it runs that config; otherwise it reads the run config of
     ``flwr run``: ``config`` (a fedhet TOML, relative to ``app_dir``), ``run-dir``, ``round-timeout``,
-    ``connect-timeout``.
+    ``connect-timeout``, ``node-tables`` (the nodes read their own tables: ``fedhet.flower.site_tables``).
     """
     app = ServerApp()
 
@@ -275,7 +293,18 @@ def make_server_app(
         chosen = (
             strategy if strategy is not None else build_strategy(config.method.name, config.method.params)
         )
+        node_tables = bool(run_config.get("node-tables", False))
+        if node_tables:
+            from fedhet.flower.site_tables import check_node_tables
+
+            check_node_tables(config)
         reference = reference_contributions
+        if reference is None and needs_reference(config, chosen) and node_tables:
+            raise ConfigError(
+                f"node-tables = true: {reference_reason(config, chosen)}; the server computes those "
+                "accuracies on the sites' rows, which it does not hold: set eval.fairness = false, or run a "
+                "method that does not need them"
+            )
         if reference is None and needs_reference(config, chosen):
             # the cached pre-pass, on the server's copy of the data; one line says it runs, why and its cost
             reference = standalone_accuracies(
@@ -293,6 +322,7 @@ def make_server_app(
             overwrite=overwrite or bool(run_config.get("overwrite", False)),
             round_timeout=float(run_config.get("round-timeout", ROUND_TIMEOUT)),
             connect_timeout=float(run_config.get("connect-timeout", CONNECT_TIMEOUT)),
+            node_tables=node_tables,
         )
         summary = server.run()
         if on_summary is not None:

@@ -1,0 +1,283 @@
+"""A deployment a site runs from the docs: each site's data exported from a split, tables read at the nodes
+(their reports combined into the embedded engine's encoding and statistics), and the one-host walkthrough of
+docs/flower.md run as written (TLS, three SuperNodes reading their own CSV files)."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+pytest.importorskip("flwr", reason="the Flower tests need fedhet[flower]; make setup installs it")
+
+from fedhet.cli import main as fedhet_main  # noqa: E402
+from fedhet.config import ExperimentConfig, load_config  # noqa: E402
+from fedhet.data.datasets import site_tables as st  # noqa: E402
+from fedhet.engine.simulation import build_federation  # noqa: E402
+from fedhet.errors import DataError  # noqa: E402
+from fedhet.experiment import make_simulation  # noqa: E402
+from flower_cluster import BIN, free_port  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+APP = ROOT / "examples" / "flower-app"
+
+
+@pytest.fixture(autouse=True)
+def _tmp_cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("FEDHET_CACHE", str(tmp_path / "cache"))
+
+
+# -- exporting each site's data -----------------------------------------------------------------------------
+def test_export_sites_writes_each_clients_rows_of_the_embedded_split_and_refuses_a_full_folder(
+    tmp_path, capsys
+):
+    cfg = ExperimentConfig()
+    cfg.data.dataset, cfg.data.split, cfg.data.clients = "digits", "dirichlet-per-client", 3
+    cfg.data.split_params = {"alpha": 0.5}  # the config below, as an object
+    (tmp_path / "digits.toml").write_text(
+        '[data]\ndataset = "digits"\nsplit = "dirichlet-per-client"\nsplit_params = { alpha = 0.5 }\n'
+        "clients = 3\n"
+    )
+    out = tmp_path / "sites"
+    assert fedhet_main(["partition", str(tmp_path / "digits.toml"), "--export-sites", str(out)]) == 0
+    fed = build_federation(cfg, torch.device("cpu"))
+    ds = fed.dataset
+    lines = (out / "nodes.txt").read_text().splitlines()
+    for client in fed.clients:
+        with np.load(out / f"site-{client.cid}" / "data.npz") as npz:
+            idx = client.indices.numpy()
+            assert np.array_equal(npz["x_train"], ds.train_x[idx].numpy())
+            assert np.array_equal(npz["y_train"], ds.train_y[idx].numpy())
+            assert list(npz["classes"]) == list(ds.classes)
+        assert (
+            lines[client.cid] == f"client-id={client.cid} data-dir='{(out / f'site-{client.cid}').resolve()}'"
+        )
+    assert sum(len(np.load(out / f"site-{c}" / "data.npz")["y_train"]) for c in range(3)) == len(
+        fed.pool_indices
+    )
+    capsys.readouterr()
+    assert fedhet_main(["partition", str(tmp_path / "digits.toml"), "--export-sites", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert "not empty" in err and "--force" in err
+    (out / "stray.txt").write_text("x")
+    assert (
+        fedhet_main(["partition", str(tmp_path / "digits.toml"), "--export-sites", str(out), "--force"]) == 0
+    )
+    assert not (out / "stray.txt").exists()
+
+
+# -- tables at the nodes --------------------------------------------------------------------------------
+HEADER = ["alcohol", "malic_acid", "color", "grade", "label"]
+
+
+def write_site_tables(root: Path) -> tuple[dict[str, np.ndarray], np.ndarray]:
+    """wine's rows as a table folder: train/<site>.csv for three sites (a real column split: a seeded draw of
+    each row's site), test.csv; a text column whose level 'rose' site gamma lacks, and a number column
+    declared categorical. Returns the rows of every site in file order and the test rows."""
+    from sklearn.datasets import load_wine
+
+    wine = load_wine()
+    x, y = wine.data, wine.target
+    rng = np.random.default_rng(0)
+    color = np.array(["red", "white", "rose"])[rng.integers(0, 3, len(y))]
+    site = np.array(["alpha", "beta", "gamma"])[rng.integers(0, 3, len(y))]
+    test = rng.random(len(y)) < 0.25
+    (root / "train").mkdir(parents=True)
+
+    def write(path: Path, rows: np.ndarray) -> None:
+        body = [f"{x[i, 0]},{x[i, 1]},{color[i]},{int(x[i, 4]) % 3},{wine.target_names[y[i]]}" for i in rows]
+        path.write_text("\n".join([",".join(HEADER), *body]) + "\n")
+
+    rows = {}
+    for name in ("alpha", "beta", "gamma"):
+        rows[name] = np.flatnonzero((site == name) & ~test & ((color != "rose") | (name != "gamma")))
+        write(root / "train" / f"{name}.csv", rows[name])
+    write(root / "test.csv", np.flatnonzero(test))
+    return rows, x
+
+
+def test_site_reports_combine_into_the_encoding_and_statistics_the_embedded_engine_computes(tmp_path):
+    rows, x = write_site_tables(tmp_path / "table")
+    cfg = ExperimentConfig()
+    d = cfg.data
+    d.dataset, d.path, d.split, d.clients, d.categorical_columns = (
+        "csv",
+        str(tmp_path / "table"),
+        "sites",
+        3,
+        ["grade"],
+    )
+    from fedhet.flower.sites import export_sites
+
+    sites = export_sites(cfg, tmp_path / "sites")
+    assert [s.folder.name for s in sites] == ["alpha", "beta", "gamma"]  # a table split by its sites
+    # each exported site file holds the source file's rows, cell for cell
+    for s in sites:
+        assert (s.folder / "train.csv").read_text() == (
+            tmp_path / "table" / "train" / f"{s.folder.name}.csv"
+        ).read_text()
+    reports = {
+        s.cid: st.site_report(
+            st.read_table_file(s.folder / "train.csv"), label="label", categorical=["grade"]
+        )
+        for s in sites
+    }
+    assert "rose" not in reports[2]["levels"]["color"] and "sum" in reports[2]  # counts and sums, no rows
+    test = st.server_test_columns(d.path, None, "test")
+    encoding, mean, std = st.combine_site_reports(reports, test, label="label")
+    assert encoding.vocabularies == {"color": ("red", "rose", "white"), "grade": ("0", "1", "2")}
+    # by hand: alcohol's mean and population std over every site's rows, as float32 features
+    alcohol = (
+        np.concatenate([x[rows[s], 0] for s in ("alpha", "beta", "gamma")])
+        .astype(np.float32)
+        .astype(np.float64)
+    )
+    assert mean[0] == pytest.approx(alcohol.mean(), rel=1e-12) and std[0] == pytest.approx(
+        alcohol.std(), rel=1e-12
+    )
+    assert mean[2:] == (0.0,) * 6 and std[2:] == (1.0,) * 6  # one-hot columns are not standardised
+    # the embedded engine on the whole folder: the same features, classes and statistics (float64 sums of
+    # the same float32 values in the same order: equal to rounding, 1e-12 relative)
+    fed = build_federation(cfg, torch.device("cpu"))
+    ds = fed.dataset
+    assert encoding.feature_names == ds.feature_names and encoding.classes == ds.classes
+    np.testing.assert_allclose(mean, ds.mean, rtol=1e-12, atol=0)
+    np.testing.assert_allclose(std, ds.std, rtol=1e-12, atol=0)
+    for s, client in zip(sites, fed.clients, strict=True):
+        features, labels = st.encode_rows(st.read_table_file(s.folder / "train.csv"), encoding, s.folder.name)
+        assert np.array_equal(features, ds.train_x[client.indices].numpy())  # parsed and cast alike
+        assert np.array_equal(labels, ds.train_y[client.indices].numpy())
+    test_x, _ = st.encode_rows(test, encoding, "test")
+    assert np.array_equal(test_x, ds.test_x.numpy())
+
+
+def test_a_column_numeric_at_one_site_and_text_at_another_is_refused_naming_it(tmp_path):
+    a = {"grade": np.array(["1", "2"], dtype=object), "label": np.array(["x", "y"], dtype=object)}
+    b = {"grade": np.array(["high", "low"], dtype=object), "label": np.array(["x", "y"], dtype=object)}
+    reports = {0: st.site_report(a, label="label"), 1: st.site_report(b, label="label")}
+    with pytest.raises(DataError, match=r"\['grade'\] are numbers at some sites.*data.categorical_columns"):
+        st.combine_site_reports(reports, a, label="label")
+    c = {"other": np.array(["1", "2"], dtype=object), "label": np.array(["x", "y"], dtype=object)}
+    with pytest.raises(
+        DataError, match=r"client 1's table and client 0's differ in column\(s\) \['grade', 'other'\]"
+    ):
+        st.combine_site_reports({0: reports[0], 1: st.site_report(c, label="label")}, a, label="label")
+    missing = {"grade": np.array(["1", ""], dtype=object), "label": np.array(["x", "y"], dtype=object)}
+    with pytest.raises(DataError, match="missing or non-finite"):
+        st.site_report(missing, label="label")
+
+
+# -- the one-host walkthrough of docs/flower.md ------------------------------------------------------------
+def docs_block(name: str) -> str:
+    """The fenced bash block that follows ``<!-- walkthrough: NAME -->`` in docs/flower.md."""
+    text = (ROOT / "docs" / "flower.md").read_text()
+    match = re.search(rf"<!-- walkthrough: {name} -->\s*```bash\n(.*?)```", text, re.S)
+    assert match, f"docs/flower.md has no walkthrough block {name!r}"
+    return match.group(1)
+
+
+def group_alive(pgid: int) -> bool:
+    """Whether a process of group ``pgid`` is still running (a zombie, dead and waiting to be reaped by
+    init, is not)."""
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[2]) == pgid and fields[0] != "Z":
+            return True
+    return False
+
+
+def stop_group(pid: int) -> None:
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        try:
+            os.killpg(pid, sig)
+        except ProcessLookupError:
+            return
+        deadline = time.monotonic() + 15
+        while time.monotonic() < deadline and group_alive(pid):
+            time.sleep(0.2)
+
+
+@pytest.mark.slow
+def test_the_one_host_walkthrough_with_tls_and_three_table_nodes_gives_the_embedded_runs_metrics(tmp_path):
+    t0 = time.monotonic()
+    config = APP / "wine.toml"
+    assert fedhet_main(["partition", str(config), "--export-sites", str(tmp_path / "sites")]) == 0
+    subprocess.run(
+        ["bash", "-euo", "pipefail", "-c", docs_block("certificates")], cwd=tmp_path, check=True, timeout=60
+    )
+    work = tmp_path / "one-host"
+    env = {
+        **os.environ,
+        "FLWR_HOME": str(work / "flwr-home"),
+        "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}",
+    }
+    app = tmp_path / "app"
+    shutil.copytree(APP, app, ignore=shutil.ignore_patterns("runs", "__pycache__"))
+    port = free_port()
+    with open(tmp_path / "one_host.log", "wb") as log:
+        script = subprocess.Popen(
+            [str(APP / "one_host.sh"), "sites", "--tls", "certs", "--port", str(port), "--work", "one-host"],
+            cwd=tmp_path,
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    said = lambda: (tmp_path / "one_host.log").read_text(errors="replace")  # noqa: E731
+    try:
+        deadline = time.monotonic() + 120
+        while "ready" not in said() and script.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.3)
+        assert "ready" in said(), said()
+        phases = {"export, certificates, SuperLink and SuperNodes": time.monotonic() - t0}
+        run_dir = tmp_path / "runs" / "wine"
+        done = subprocess.run(
+            [str(BIN / "flwr"), "run", str(app), "local", "--stream", "--run-config",
+             f"config='wine.toml' run-dir='{run_dir}' node-tables=true connect-timeout=30.0"],
+            cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300,
+        )  # fmt: skip
+        assert (run_dir / "summary.json").is_file(), done.stdout[-3000:] + done.stderr[-3000:]
+        phases["flwr run"] = time.monotonic() - t0 - sum(phases.values())
+    finally:
+        script.send_signal(signal.SIGTERM)  # its trap stops the SuperLink and every SuperNode
+        stopping = time.monotonic()
+        try:
+            script.wait(timeout=40)
+        except subprocess.TimeoutExpired:
+            pass
+        waited = time.monotonic() - stopping
+        snapshot = subprocess.run(
+            ["ps", "-eo", "pid,ppid,pgid,stat,etime,cmd"], capture_output=True, text=True
+        ).stdout
+        started = (
+            [int(line.split()[1]) for line in (work / "pids").read_text().splitlines()]
+            if (work / "pids").is_file()
+            else []
+        )
+        alive = [pid for pid in started if group_alive(pid)]
+        for pid in [script.pid, *alive]:
+            stop_group(pid)
+    assert len(started) == 4 and alive == [], (
+        f"the script left {alive} running after {waited:.1f} s:\n{snapshot}"
+    )
+    print({k: round(v, 1) for k, v in phases.items()}, f"stop {waited:.1f} s")
+    nodes = json.loads((run_dir / "flower_nodes.json").read_text())
+    assert sorted(nodes["clients"]) == ["0", "1", "2"] and nodes["refused"] == {}
+    embedded = make_simulation(load_config(config), run_dir=tmp_path / "embedded").run()
+    # Byte-identical: the nodes' encoding and the server's combined statistics equal the embedded engine's
+    # (test_site_reports_combine_...), and then the code path is the same (run_client, one thread a node).
+    assert (run_dir / "metrics.jsonl").read_bytes() == (tmp_path / "embedded" / "metrics.jsonl").read_bytes()
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["final"] == embedded["final"] and summary["client_sizes"] == embedded["client_sizes"]
