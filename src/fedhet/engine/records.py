@@ -178,7 +178,7 @@ def run_summary(
     the standalone accuracies fairness was measured against, the class counts each client described in
     round 0 (``descriptions``, the accepted replies: what the server knew, which the audit reads), and the
     code it ran (``commit``: that of its last rounds; ``code_commits``: every stretch of rounds with its
-    own)."""
+    own), and what the outputs call its clients and classes (``federation.names``, last)."""
     contributions = run_contributions(contributions, history)
     evals = [h for h in history if "accuracy" in h or "rewards" in h]
     final = _metric_view(evals[-1]) if evals else {}
