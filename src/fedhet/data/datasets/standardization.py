@@ -95,8 +95,9 @@ def client_value_counts(values: np.ndarray) -> dict[float, int]:
 
 
 def client_count_at_most(values: np.ndarray, threshold: float) -> int:
-    """A client's answer to the median bisection: how many of its present values are <= ``threshold``."""
-    return int(np.count_nonzero(_present(values) <= threshold))
+    """A client's answer to the median bisection: how many of its present values are <= ``threshold`` (a
+    missing value, NaN, compares false)."""
+    return int(np.count_nonzero(np.asarray(values, dtype=np.float64) <= threshold))
 
 
 def federated_mean(reports: Sequence[PresentSum]) -> float:
