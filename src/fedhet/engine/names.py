@@ -27,11 +27,12 @@ class RunNames:
     classes: tuple[str, ...] = ()
 
     @classmethod
-    def of_data(cls, dataset: Any, split: str) -> RunNames:
-        """The names of a federation of ``dataset`` split by ``split``: sites only for the ``sites`` split
-        (client i holds the rows of site i, fedhet.data.splits.sites), where no other split has them."""
+    def of_data(cls, dataset: Any, split: str, num_clients: int) -> RunNames:
+        """The names of a federation of ``num_clients`` clients of ``dataset`` split by ``split``: sites only
+        for the ``sites`` split (client i holds the rows of site i, fedhet.data.splits.sites), where no other
+        split has them."""
         sites = tuple(dataset.sites) if split == "sites" and dataset.train_sites is not None else ()
-        return cls(clients=sites, classes=tuple(str(c) for c in dataset.classes))
+        return cls(clients=sites[:num_clients], classes=tuple(str(c) for c in dataset.classes))
 
     @classmethod
     def of_summary(cls, summary: Mapping[str, Any], classes: Sequence[str] | None = None) -> RunNames:

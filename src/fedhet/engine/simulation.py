@@ -207,7 +207,7 @@ def build_federation(cfg: ExperimentConfig, device: torch.device, raw_inputs: bo
         class_counts=partition.class_counts(pool_labels, ds.num_classes),
         pool_indices=pool,
         info=dict(partition.info),
-        names=RunNames.of_data(ds, cfg.data.split),
+        names=RunNames.of_data(ds, cfg.data.split, len(partition.clients)),
     )
 
 
