@@ -20,6 +20,7 @@ STUDIES = {
     "fedrac-causes": "fedhet.studies.fedrac_causes",
     "gated-fssl": "fedhet.studies.gated_fssl",
     "contribution-estimators": "fedhet.studies.contribution_estimators",
+    "table-defaults": "fedhet.studies.table_defaults",
 }
 
 

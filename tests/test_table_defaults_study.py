@@ -1,0 +1,80 @@
+"""The table-defaults study (docs/results/table-defaults.md): its reference and its verdicts."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from fedhet.studies import table_defaults as study
+from fedhet.studies.base import cell_fingerprints, record_path
+
+
+def test_pooled_logistic_regression_is_sklearns_on_the_same_split():
+    # independently: scikit-learn's wine and the split fedhet documents for its built-in tables
+    from sklearn.datasets import load_wine
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.model_selection import train_test_split
+    from sklearn.preprocessing import StandardScaler
+
+    x, y = load_wine(return_X_y=True)
+    x_tr, x_te, y_tr, y_te = train_test_split(x, y, test_size=0.25, stratify=y, random_state=0)
+    scaler = StandardScaler().fit(x_tr)
+    expected = (LogisticRegression(max_iter=10_000).fit(scaler.transform(x_tr), y_tr).predict(
+        scaler.transform(x_te)) == y_te).mean()  # fmt: skip
+    accuracy, rows = study.pooled_logistic_regression("wine")
+    assert rows == len(y_te) == 45
+    # fedhet's features are float32 (sklearn's float64): within one test row of each other
+    assert abs(accuracy - expected) <= 1 / rows + 1e-12
+
+
+def _record(records, name, variant, seed, accuracy_at):
+    cell = study._cell(name, variant)
+    record = {
+        "cell": cell.path,
+        "method": "fedavg",
+        "seed": seed,
+        "values": {"accuracy_at": {str(r): a for r, a in accuracy_at.items()}},
+        "experiment": cell_fingerprints(cell, seed, {})["fedavg"],
+    }
+    path = record_path(records, cell, "fedavg", seed)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(record))
+
+
+def test_findings_judge_the_mean_of_the_seeds_against_the_target(tmp_path, monkeypatch):
+    # references fixed by hand: 90 % with 50 test rows
+    monkeypatch.setattr(study, "pooled_logistic_regression", lambda name: (0.90, 50))
+    for seed, last in enumerate((0.89, 0.87)):  # mean 88 %: -2.0 points, on the target's edge: meets
+        _record(tmp_path, "wine", "defaults", seed, {10: 0.50, 30: 0.80, 100: last})
+        _record(tmp_path, "wine", "batch-16", seed, {10: 0.60 + 0.1 * seed, 30: 0.85, 100: 0.9})
+    _record(tmp_path, "breast-cancer", "defaults", 0, {10: 0.5, 30: 0.8, 100: 0.879})  # -2.1: misses
+    found = {line.split("**")[1]: line for line in study.findings(tmp_path)}
+    assert set(found) == {"wine", "breast-cancer"}  # diabetes has no records: no finding
+    assert "-2.0 points" in found["wine"] and "meets" in found["wine"]
+    assert "(one test row is 2.0 points)" in found["wine"]
+    # batch 16 at 10 rounds: mean 65 % against 50 %
+    assert "at 10 rounds batch 16 gives +15.0 points" in found["wine"]
+    assert "-2.1 points" in found["breast-cancer"] and "misses" in found["breast-cancer"]
+    table = study.table([], {"records": tmp_path})
+    assert "| fedhet's defaults (batch 64) | 2 | 50.0 ± 0.0 | 80.0 ± 0.0 | 88.0 ± 1.4 |" in table
+    assert np.isclose(np.std([89, 87], ddof=1), 1.414, atol=1e-3)
+
+
+def test_a_record_of_another_experiment_is_not_read(tmp_path, monkeypatch):
+    monkeypatch.setattr(study, "pooled_logistic_regression", lambda name: (0.90, 50))
+    _record(tmp_path, "wine", "defaults", 0, {10: 0.5, 30: 0.8, 100: 0.9})
+    path = record_path(tmp_path, study._cell("wine", "defaults"), "fedavg", 0)
+    record = json.loads(path.read_text())
+    record["experiment"] = "another"
+    path.write_text(json.dumps(record))
+    assert study.findings(tmp_path) == []
+
+
+@pytest.mark.parametrize("name", list(study.FEDERATIONS))
+def test_every_cell_is_a_valid_experiment(name):
+    from fedhet.api import as_config
+
+    for variant in study.VARIANTS:
+        as_config(study.CONFIG, study._cell(name, variant).overrides)
