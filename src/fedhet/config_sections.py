@@ -264,6 +264,13 @@ class GuardsConfig:
                 setattr(self, key, 0.0)
 
 
+#: The pre-aggregation steps ``aggregation.pre`` may list (fedhet.algorithms.preaggregation):
+#: nearest-neighbour mixing (Allouah et al. 2023), bucketing (Karimireddy et al. 2022), adaptive robust
+#: clipping (Allouah et al. 2024); and those that read f = ``aggregation.num_malicious_nodes``.
+PRE_AGGREGATION_STEPS = ("nnm", "bucketing", "arc")
+PRE_STEPS_READING_F = ("nnm", "arc")
+
+
 @dataclass
 class AggregationConfig:
     """How the server combines the accepted client models (docs/robustness.md). Parameter names follow
@@ -272,9 +279,10 @@ class AggregationConfig:
 
     ``mean`` is each method's own weighted average (FedAvg's sample counts, CELM's contributions); the
     robust rules replace it for methods that average client models (FedAvg, FedProx, FedRS, CELM, the
-    semi-supervised ones) and inside the weighted sums of CGSV, CFFL, IAFL and ShapFed; Krum, Multi-Krum and
-    centered clipping keep the method's weights, the median and the trimmed mean weigh every model alike.
-    FedRAC, FedSAC and Standalone refuse them.
+    semi-supervised ones) and inside the weighted sums of CGSV, CFFL, IAFL and ShapFed; Krum, Multi-Krum,
+    centered clipping and the geometric median keep the method's weights, the median and the trimmed mean
+    weigh every model alike. ``pre`` lists pre-aggregation steps run before the rule, in order
+    (fedhet.algorithms.preaggregation). FedRAC, FedSAC and Standalone refuse them.
     """
 
     rule: str = fingerprinted("mean")
@@ -287,6 +295,17 @@ class AggregationConfig:
     #: centered-clipping: the radius tau and the number of clipping iterations L.
     clipping_tau: float = fingerprinted(1.0)
     clipping_iterations: int = fingerprinted(1)
+    #: Pre-aggregation steps run, in this order, before the rule: "nnm" (nearest-neighbour mixing),
+    #: "bucketing", "arc" (adaptive robust clipping); nnm and arc read f = num_malicious_nodes. [] = none.
+    pre: list[str] = neutral(factory=list)
+    #: bucketing: s, the number of client models averaged into each bucket.
+    bucket_size: int = neutral(2)
+    #: geometric-median: the smoothing ν of the smoothed Weiszfeld algorithm, its maximal number of
+    #: iterations, and when it stops early: a step shorter than this × the models' mean distance from the
+    #: estimate (0: never).
+    gm_nu: float = neutral(1e-6)
+    gm_iterations: int = neutral(100)
+    gm_tolerance: float = neutral(1e-6)
     #: "fedhet" (its own rules) or "flower": the rule computed by Flower's strategy of the same name
     #: (FedAvg, FedMedian, FedTrimmedAvg, Krum, MultiKrum; needs fedhet[flower]): the anchor of the rules.
     implementation: str = neutral("fedhet")
@@ -316,7 +335,15 @@ CHOICES: dict[tuple[str, str], tuple[Any, ...]] = {
     ("train", "device"): ("auto", "cpu", "cuda"),
     ("engine", "mode"): ("sequential", "vectorized", "auto"),
     ("eval", "fairness"): ("auto", True, False),
-    ("aggregation", "rule"): ("mean", "median", "trimmed-mean", "krum", "multi-krum", "centered-clipping"),
+    ("aggregation", "rule"): (
+        "mean",
+        "median",
+        "trimmed-mean",
+        "krum",
+        "multi-krum",
+        "centered-clipping",
+        "geometric-median",
+    ),
     ("aggregation", "implementation"): ("fedhet", "flower"),
     ("data", "impute"): (None, "mean", "median", "most_frequent"),
 }

@@ -16,6 +16,8 @@ from fedhet.config_sections import (
     CHOICES,
     CONTRIBUTION_ESTIMATORS,
     FAULT_BEHAVIOURS,
+    PRE_AGGREGATION_STEPS,
+    PRE_STEPS_READING_F,
     AggregationConfig,
     DataConfig,
     EvalConfig,
@@ -258,16 +260,57 @@ def check_ranges(cfg: ExperimentSections) -> None:
     )
     need(a.clipping_tau > 0, f"aggregation.clipping_tau={a.clipping_tau} must be > 0")
     need(a.clipping_iterations >= 1, f"aggregation.clipping_iterations={a.clipping_iterations} must be >= 1")
+    _check_pre_steps(cfg)
+    need(a.gm_nu > 0, f"aggregation.gm_nu={a.gm_nu} must be > 0 (the smoothing of the smoothed Weiszfeld)")
+    need(a.gm_iterations >= 1, f"aggregation.gm_iterations={a.gm_iterations} must be >= 1")
+    need(a.gm_tolerance >= 0, f"aggregation.gm_tolerance={a.gm_tolerance} must be >= 0 (0: every iteration)")
     if a.implementation == "flower":
         need(
-            a.rule != "centered-clipping",
-            "aggregation.implementation=flower: Flower has no centered-clipping strategy (it has FedAvg, "
-            "FedMedian, FedTrimmedAvg, Krum and MultiKrum); use implementation=fedhet for it",
+            a.rule not in ("centered-clipping", "geometric-median"),
+            f"aggregation.implementation=flower: Flower has no {a.rule} strategy (it has FedAvg, "
+            f"FedMedian, FedTrimmedAvg, Krum and MultiKrum); use implementation=fedhet for it",
+        )
+        need(
+            not a.pre,
+            f"aggregation.implementation=flower: Flower's strategies have no pre-aggregation step "
+            f"(aggregation.pre = {a.pre}); use implementation=fedhet for them",
         )
         need(
             importlib.util.find_spec("flwr") is not None,
             "aggregation.implementation=flower needs Flower: pip install 'fedhet[flower]'",
         )
+
+
+def _check_pre_steps(cfg: ExperimentSections) -> None:
+    """aggregation.pre names known steps, and f (num_malicious_nodes) suits the ones that read it: at least 1
+    and below half the rows they see in a full round (the clients per round, divided into buckets when
+    bucketing runs first)."""
+    a, d, t = cfg.aggregation, cfg.data, cfg.train
+    steps = a.pre
+    if not isinstance(steps, list) or not all(isinstance(s, str) for s in steps):
+        raise ConfigError(
+            f'aggregation.pre={steps!r} must be a list of step names, e.g. aggregation.pre=["nnm"]; choose '
+            f"among {list(PRE_AGGREGATION_STEPS)}"
+        )
+    unknown = [s for s in steps if s not in PRE_AGGREGATION_STEPS]
+    if unknown:
+        raise ConfigError(f"aggregation.pre names {unknown}; choose among {list(PRE_AGGREGATION_STEPS)}")
+    if a.bucket_size < 1:
+        raise ConfigError(f"aggregation.bucket_size={a.bucket_size} must be >= 1")
+    cpr = t.clients_per_round
+    rows = min(d.clients, round(cpr * d.clients) if isinstance(cpr, float) else cpr)
+    if t.participants is not None:
+        rows = min(rows, len(t.participants))
+    f = a.num_malicious_nodes
+    for step in steps:
+        if step == "bucketing":
+            rows = -(-rows // a.bucket_size)
+        elif step in PRE_STEPS_READING_F and not 1 <= f < rows / 2:
+            raise ConfigError(
+                f"aggregation.pre step {step!r} reads f = aggregation.num_malicious_nodes, the number of "
+                f"hostile clients assumed, which must be >= 1 and below half of the {rows} models it sees "
+                f"per round; it is {f}. Set it, e.g. --set aggregation.num_malicious_nodes=1"
+            )
 
 
 def _check_faults(cfg: ExperimentSections) -> None:

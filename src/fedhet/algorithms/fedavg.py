@@ -18,7 +18,7 @@ import torch
 from torch import Tensor, nn
 
 from fedhet.algorithms.params import check_choice
-from fedhet.algorithms.robust_aggregation import WEIGHTED_RULES, robust_average
+from fedhet.algorithms.robust_aggregation import WEIGHTED_RULES, bucketing_generator, robust_average
 from fedhet.averaging import weighted_average
 from fedhet.devices import to_device
 from fedhet.engine.evaluation import accuracies_of_states
@@ -203,6 +203,8 @@ class FedAvg(Strategy):
         self.info = info
         self.model = info.model
         self.aggregation_settings = dict(info.aggregation or {"rule": "mean"})
+        #: The round being aggregated: with the run's seed, it draws bucketing's order (aggregation.pre).
+        self.aggregation_round = 0
 
     def global_weights(self) -> Weights:
         return self.model.state_dict()
@@ -226,6 +228,7 @@ class FedAvg(Strategy):
         if not replies:
             return
         ids = sorted(replies)
+        self.aggregation_round = rnd
         p = self.aggregation_weights(rnd, replies)
         if float(np.sum(p)) <= 0:
             p = self.all_zero_weights(rnd, ids)
@@ -241,15 +244,31 @@ class FedAvg(Strategy):
         1/n each under the unweighted median and trimmed mean)."""
         settings = self.aggregation_settings
         rule = settings.get("rule", "mean")
-        if rule == "mean" and settings.get("implementation", "fedhet") == "fedhet":
+        if self.plain_mean():
             return weighted_average(states, p), p / float(np.sum(p))
-        merged, kept = robust_average(states, p, settings, center=self.model.state_dict())
+        merged, kept = robust_average(
+            states, p, settings, center=self.model.state_dict(), rng=self.aggregation_generator()
+        )
         shares = np.zeros(len(states))
         if rule in WEIGHTED_RULES:
             shares[kept] = p[kept] / float(np.sum(p[kept])) if float(np.sum(p[kept])) > 0 else 1.0 / len(kept)
         else:
             shares[kept] = 1.0 / len(kept)
         return merged, shares
+
+    def plain_mean(self) -> bool:
+        """Whether ``[aggregation]`` asks for the method's own weighted mean: rule mean, no pre-aggregation
+        step, fedhet's implementation."""
+        settings = self.aggregation_settings
+        return (
+            settings.get("rule", "mean") == "mean"
+            and not settings.get("pre")
+            and settings.get("implementation", "fedhet") == "fedhet"
+        )
+
+    def aggregation_generator(self) -> np.random.Generator:
+        """The generator of this round's bucketing order: a function of the run's seed and the round."""
+        return bucketing_generator(self.info.seed, self.aggregation_round)
 
     def all_zero_weights(self, rnd: int, ids: list[int]) -> np.ndarray:
         """The weights used when every replying client's p_i is 0: uniform."""

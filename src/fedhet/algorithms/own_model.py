@@ -373,6 +373,7 @@ class OwnModelStrategy(FedAvg):
 
     def aggregate(self, rnd: int, replies: Mapping[int, Reply]) -> None:
         """Book-keep deliveries, apply what clients kept to the mirrors, then run :meth:`server_round`."""
+        self.aggregation_round = rnd
         accepted = {cid: rep for cid, rep in sorted(replies.items()) if self._payload_ok(cid, rep)}
         for cid in self._awaiting:
             self.pending.pop(cid, None)
@@ -439,15 +440,16 @@ class OwnModelStrategy(FedAvg):
         sum, keeping the method's weights and their total. ``center`` is where centered clipping starts (the
         global model when ``items`` are models; the zero update by default)."""
         weights = [float(w) for w in weights]
-        settings = self.aggregation_settings
-        if settings.get("rule", "mean") == "mean" and settings.get("implementation", "fedhet") == "fedhet":
+        if self.plain_mean():
             return weighted_sum(items, weights, self.float_keys)
         total = sum(weights)
         parts = [{k: x[k] for k in self.float_keys} for x in items]
         if total <= 0:
             return {k: torch.zeros_like(v) for k, v in parts[0].items()}
         start = center if center is not None else {k: torch.zeros_like(v) for k, v in parts[0].items()}
-        merged, _ = robust_average(parts, weights, self.aggregation_settings, center=start)
+        merged, _ = robust_average(
+            parts, weights, self.aggregation_settings, center=start, rng=self.aggregation_generator()
+        )
         return {k: v * total for k, v in merged.items()}
 
     def _payload_ok(self, cid: int, reply: Reply) -> bool:

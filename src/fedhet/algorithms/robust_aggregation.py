@@ -13,6 +13,24 @@ names follow Flower's strategies of the same rule (FedMedian, FedTrimmedAvg ``be
   method's weights (Blanchard et al., 2017; El Mhamdi et al., 2018).
 - ``centered-clipping``: v ← v + Σ p_i clip_τ(x_i − v) / Σ p_i, L times from v = the previous global model,
   clip_τ(z) = z · min(1, τ/‖z‖) (Karimireddy, He and Jaggi, 2021).
+- ``geometric-median``: argmin_v Σ p_i ‖v − x_i‖ by the smoothed Weiszfeld algorithm of RFA (Pillutla,
+  Kakade and Harchaoui, IEEE TSP 2022, Algorithm 3), weighted by p, from the weighted mean.
+
+Before the rule, ``aggregation.pre`` may list pre-aggregation steps, run in the order listed on the rows
+and weights p, which the rule then reads (f is ``num_malicious_nodes``):
+
+- ``nnm``, nearest-neighbour mixing (Allouah et al., "Fixing by Mixing", AISTATS 2023, Algorithm 1): each
+  x_i becomes the plain mean of its n − f nearest rows in Euclidean distance, itself included (ties broken by
+  the lower row index); each mixed row keeps its p_i.
+- ``bucketing`` (Karimireddy, He and Jaggi, ICLR 2022, Algorithm 1): the rows in a random order, cut into
+  buckets of s consecutive rows (the last one smaller when s does not divide n), each bucket replaced by its
+  mean weighted by p, with weight Σ p of its rows; with equal weights, each bucket's plain mean. The order is
+  drawn from the run's seed and round, so a run is reproducible. ``bucketing`` then ``mean`` is the mean.
+- ``arc``, adaptive robust clipping (Allouah et al., NeurIPS 2024, Algorithm 1): the k = ⌊2 (f/n)(n − f)⌋
+  rows of largest norm are scaled down to the norm of the largest of the others; weights are unchanged.
+
+Every step also says which original rows each new row draws on, so that the rows a rule keeps map back to
+the clients whose models entered them.
 
 With ``implementation = "flower"`` the rule is computed by Flower's own strategy of the same name
 (:data:`FLOWER_STRATEGIES`, :func:`flower_average`): the anchor that fedhet's rules are Flower's.
@@ -28,11 +46,16 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from fedhet.config_sections import PRE_AGGREGATION_STEPS as PRE_STEPS
+from fedhet.config_sections import PRE_STEPS_READING_F as STEPS_NEEDING_F
+
+log = logging.getLogger(__name__)
+
 #: The version of the numbers this module computes: bump it in the commit that changes them, which
 #: invalidates the cell records of every method reaching this module (fedhet.code_version).
 RESULTS_VERSION = 1
 
-RULES = ("mean", "median", "trimmed-mean", "krum", "multi-krum", "centered-clipping")
+RULES = ("mean", "median", "trimmed-mean", "krum", "multi-krum", "centered-clipping", "geometric-median")
 #: rule -> the Flower strategy (flwr.serverapp.strategy) that implements it (``implementation = "flower"``)
 FLOWER_STRATEGIES = {
     "mean": "FedAvg",
@@ -44,9 +67,118 @@ FLOWER_STRATEGIES = {
 #: The [aggregation] keys that are not parameters of a rule.
 _NOT_PARAMETERS = ("rule", "implementation")
 #: Rules that use the method's aggregation weights (the others weigh every kept update alike).
-WEIGHTED_RULES = ("mean", "krum", "multi-krum", "centered-clipping")
+WEIGHTED_RULES = ("mean", "krum", "multi-krum", "centered-clipping", "geometric-median")
 
 
+# -- pre-aggregation steps (aggregation.pre) ---------------------------------------------------------------
+#: Stream id of the bucketing order, apart from the engine's seed purposes (fedhet.engine.seeds.PURPOSE).
+BUCKETING_STREAM = 0xB0C
+
+
+def bucketing_generator(seed: int, rnd: int) -> np.random.Generator:
+    """The generator of round ``rnd``'s bucketing order: a function of (seed, stream, round) only."""
+    return np.random.default_rng([seed, BUCKETING_STREAM, rnd])
+
+
+def nearest_neighbour_mixing(x: Tensor, f: int) -> tuple[Tensor, list[list[int]]]:
+    """Each row replaced by the mean of its n − f nearest rows (itself included), and those rows' indices."""
+    n = x.shape[0]
+    k = n - f
+    if k < 1:
+        raise ValueError(f"nnm: f={f} leaves no neighbour of {n} rows (need f < n)")
+    distances = torch.cdist(x.double(), x.double())
+    distances.fill_diagonal_(0.0)  # a row is its own nearest neighbour, even where rounding says otherwise
+    nearest = torch.sort(distances, dim=1, stable=True).indices[:, :k]
+    return x[nearest].mean(dim=1), [sorted(row) for row in nearest.tolist()]
+
+
+def bucket_means(
+    x: Tensor, p: Tensor, bucket_size: int, order: Sequence[int]
+) -> tuple[Tensor, Tensor, list[list[int]]]:
+    """The rows taken in ``order``, cut into buckets of ``bucket_size`` (the last may be smaller): each
+    bucket's p-weighted mean (the plain mean where its weights sum to 0), its weight Σ p, and its rows."""
+    if bucket_size < 1:
+        raise ValueError(f"bucketing: bucket_size={bucket_size} must be >= 1")
+    order = [int(i) for i in order]
+    if sorted(order) != list(range(x.shape[0])):
+        raise ValueError(f"bucketing: order {order} is not a permutation of the {x.shape[0]} rows")
+    rows, weights, members = [], [], []
+    for start in range(0, len(order), bucket_size):
+        bucket = order[start : start + bucket_size]
+        w = p[bucket]
+        total = w.sum()
+        rows.append((w[:, None] * x[bucket]).sum(0) / total if total > 0 else x[bucket].mean(0))
+        weights.append(total)
+        members.append(sorted(bucket))
+    return torch.stack(rows), torch.stack(weights), members
+
+
+def arc_clipped_count(n: int, f: int) -> int:
+    """k = ⌊2 (f/n)(n − f)⌋, the number of rows ARC clips, in exact integer arithmetic."""
+    return max(0, (2 * f * (n - f)) // n)
+
+
+def adaptive_robust_clipping(x: Tensor, f: int) -> Tensor:
+    """The k = ⌊2 (f/n)(n − f)⌋ largest-norm rows scaled to the norm of the largest remaining row."""
+    n = x.shape[0]
+    k = arc_clipped_count(n, f)
+    if k == 0:
+        return x.clone()
+    norms = x.double().norm(dim=1)
+    order = torch.sort(norms, stable=True).indices  # ascending; ties: the later row counts as larger
+    threshold = norms[order[n - k - 1]]
+    scale = torch.ones(n, dtype=torch.float64)
+    largest = order[n - k :]
+    scale[largest] = torch.where(
+        norms[largest] > threshold, threshold / norms[largest].clamp_min(1e-300), torch.ones(k).double()
+    )
+    return x * scale.to(x.dtype)[:, None]
+
+
+def apply_pre_steps(
+    x: Tensor,
+    p: Tensor,
+    steps: Sequence[str],
+    *,
+    num_malicious_nodes: int = 0,
+    bucket_size: int = 2,
+    rng: np.random.Generator | None = None,
+) -> tuple[Tensor, Tensor, list[list[int]]]:
+    """``steps`` in order on the rows ``x`` with weights ``p``: the new rows, their weights and, per new
+    row, the original rows it draws on. ``rng`` draws the bucketing order."""
+    members = [[i] for i in range(x.shape[0])]
+    for step in steps:
+        n = x.shape[0]
+        f = num_malicious_nodes
+        if step in STEPS_NEEDING_F:
+            if f < 1:
+                raise ValueError(
+                    f"aggregation.pre step {step!r} needs f = num_malicious_nodes >= 1 (it is {f}): set "
+                    "aggregation.num_malicious_nodes to the number of hostile clients assumed"
+                )
+            if 2 * f >= n:  # fewer rows than planned this round (dropped or rejected replies)
+                f = (n - 1) // 2
+                log.warning(
+                    "aggregation.pre step %r: f=%d is not below half of the %d rows of this round; using "
+                    "f=%d%s", step, num_malicious_nodes, n, f, " (the step is skipped)" if f < 1 else "",
+                )  # fmt: skip
+                if f < 1:
+                    continue
+        if step == "nnm":
+            x, sources = nearest_neighbour_mixing(x, f)
+        elif step == "bucketing":
+            if rng is None:
+                raise ValueError("bucketing needs a generator for its order (rng)")
+            x, p, sources = bucket_means(x, p, bucket_size, rng.permutation(n).tolist())
+        elif step == "arc":
+            x, sources = adaptive_robust_clipping(x, f), [[i] for i in range(n)]
+        else:
+            raise ValueError(f"unknown pre-aggregation step {step!r}; accepted: {', '.join(PRE_STEPS)}")
+        members = [sorted({m for j in row for m in members[j]}) for row in sources]
+    return x, p, members
+
+
+# -- rules -------------------------------------------------------------------------------------------------
 def weighted_mean(x: Tensor, p: Tensor) -> Tensor:
     """Σ p_i x_i / Σ p_i over the rows of ``x``."""
     return (p[:, None] * x).sum(0) / p.sum()
@@ -97,6 +229,30 @@ def centered_clipping(x: Tensor, p: Tensor, center: Tensor, tau: float, iteratio
     return v
 
 
+def geometric_median(
+    x: Tensor,
+    p: Tensor,
+    nu: float = 1e-6,
+    iterations: int = 100,
+    tolerance: float = 1e-6,
+    start: Tensor | None = None,
+) -> Tensor:
+    """Smoothed Weiszfeld (RFA, Pillutla et al. 2022, Algorithm 3): v ← Σ β_i x_i / Σ β_i with
+    β_i = p_i / max(ν, ‖v − x_i‖), from ``start`` (default: the p-weighted mean), at most ``iterations``
+    times; it stops once a step moves v by no more than ``tolerance`` × the p-weighted mean distance
+    Σ p_i ‖v − x_i‖ / Σ p_i of the rows from v (their spread: a scale-free bound; 0: never stops early)."""
+    xd, pd = x.double(), p.double()
+    v = weighted_mean(xd, pd) if start is None else start.double().clone()
+    for _ in range(iterations):
+        distances = (xd - v).norm(dim=1)
+        moved = weighted_mean(xd, pd / distances.clamp_min(nu))
+        step, spread = float((moved - v).norm()), float((pd * distances).sum() / pd.sum())
+        v = moved
+        if step <= tolerance * spread:
+            break
+    return v.to(x.dtype)
+
+
 def aggregate_vectors(
     x: Tensor,
     p: Sequence[float] | Tensor,
@@ -108,9 +264,27 @@ def aggregate_vectors(
     num_nodes_to_select: int = 1,
     clipping_tau: float = 1.0,
     clipping_iterations: int = 1,
+    pre: Sequence[str] = (),
+    bucket_size: int = 2,
+    gm_nu: float = 1e-6,
+    gm_iterations: int = 100,
+    gm_tolerance: float = 1e-6,
+    rng: np.random.Generator | None = None,
 ) -> tuple[Tensor, list[int]]:
-    """One rule on the rows of ``x`` with the method's weights ``p``; the result and the rows it used."""
+    """The pre-aggregation steps ``pre`` (in order), then one rule, on the rows of ``x`` with the method's
+    weights ``p``: the result and the rows of ``x`` it used. ``rng`` draws bucketing's order."""
     weights = torch.as_tensor(p, dtype=x.dtype, device=x.device)
+    if pre:
+        x, weights, members = apply_pre_steps(
+            x, weights, pre, num_malicious_nodes=num_malicious_nodes, bucket_size=bucket_size, rng=rng
+        )
+        out, kept = aggregate_vectors(
+            x, weights, rule, center=center, beta=beta, num_malicious_nodes=num_malicious_nodes,
+            num_nodes_to_select=num_nodes_to_select, clipping_tau=clipping_tau,
+            clipping_iterations=clipping_iterations, gm_nu=gm_nu, gm_iterations=gm_iterations,
+            gm_tolerance=gm_tolerance,
+        )  # fmt: skip
+        return out, sorted({m for row in kept for m in members[row]})
     everyone = list(range(x.shape[0]))
     if rule == "mean":
         return weighted_mean(x, weights), everyone
@@ -126,6 +300,8 @@ def aggregate_vectors(
         if center is None:
             raise ValueError("centered-clipping needs the center (the previous global model)")
         return centered_clipping(x, weights, center, clipping_tau, clipping_iterations), everyone
+    if rule == "geometric-median":
+        return geometric_median(x, weights, gm_nu, gm_iterations, gm_tolerance), everyone
     raise ValueError(f"unknown aggregation rule {rule!r}; accepted: {', '.join(RULES)}")
 
 
@@ -134,11 +310,13 @@ def robust_average(
     p: Sequence[float] | np.ndarray,
     settings: Mapping[str, Any],
     center: Mapping[str, Tensor] | None = None,
+    rng: np.random.Generator | None = None,
 ) -> tuple[dict[str, Tensor], list[int]]:
-    """The rule ``settings["rule"]`` (with its parameters, ``[aggregation]``) over client models ``states``
-    with the method's weights ``p``: the aggregated state dict and the positions of the models it used.
-    ``center`` (the previous global model) is the start of centered clipping. Integer buffers (BatchNorm's
-    counters) are the first model's, as in the weighted mean."""
+    """The rule ``settings["rule"]`` (with its parameters and pre-aggregation steps, ``[aggregation]``) over
+    client models ``states`` with the method's weights ``p``: the aggregated state dict and the positions of
+    the models it used. ``center`` (the previous global model) is the start of centered clipping; ``rng``
+    draws bucketing's order. Integer buffers (BatchNorm's counters) are the first model's, as in the
+    weighted mean."""
     if settings.get("implementation", "fedhet") == "flower":
         return flower_average(states, p, settings)
     keys = [k for k, v in states[0].items() if v.is_floating_point()]
@@ -151,6 +329,7 @@ def robust_average(
         torch.as_tensor(np.asarray(p, dtype=np.float64), dtype=x.dtype),
         rule,
         center=None if center is None else flat(center).to(x.device, x.dtype),
+        rng=rng,
         **{k: v for k, v in settings.items() if k not in _NOT_PARAMETERS},
     )
     out: dict[str, Tensor] = {}
@@ -184,6 +363,11 @@ def flower_strategy(settings: Mapping[str, Any]) -> Any:
     if rule not in FLOWER_STRATEGIES:
         raise ValueError(
             f"Flower has no strategy for the rule {rule!r}; it has {', '.join(FLOWER_STRATEGIES)}"
+        )
+    if settings.get("pre"):
+        raise ValueError(
+            f"Flower's strategies have no pre-aggregation step (aggregation.pre = {list(settings['pre'])}); "
+            "use implementation = 'fedhet' for them"
         )
     cls = getattr(strategies, FLOWER_STRATEGIES[rule])
     if rule == "trimmed-mean":
