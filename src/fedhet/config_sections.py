@@ -264,7 +264,7 @@ class GuardsConfig:
                 setattr(self, key, 0.0)
 
 
-#: The pre-aggregation steps ``aggregation.pre`` may list (fedhet.algorithms.preaggregation):
+#: The pre-aggregation steps ``aggregation.pre`` may list (fedhet.algorithms.robust_aggregation):
 #: nearest-neighbour mixing (Allouah et al. 2023), bucketing (Karimireddy et al. 2022), adaptive robust
 #: clipping (Allouah et al. 2024); and those that read f = ``aggregation.num_malicious_nodes``.
 PRE_AGGREGATION_STEPS = ("nnm", "bucketing", "arc")
@@ -282,7 +282,7 @@ class AggregationConfig:
     semi-supervised ones) and inside the weighted sums of CGSV, CFFL, IAFL and ShapFed; Krum, Multi-Krum,
     centered clipping and the geometric median keep the method's weights, the median and the trimmed mean
     weigh every model alike. ``pre`` lists pre-aggregation steps run before the rule, in order
-    (fedhet.algorithms.preaggregation). FedRAC, FedSAC and Standalone refuse them.
+    (fedhet.algorithms.robust_aggregation). FedRAC, FedSAC and Standalone refuse them.
     """
 
     rule: str = fingerprinted("mean")
