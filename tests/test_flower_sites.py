@@ -80,9 +80,9 @@ HEADER = ["alcohol", "malic_acid", "color", "grade", "label"]
 
 
 def write_site_tables(root: Path) -> tuple[dict[str, np.ndarray], np.ndarray]:
-    """wine's rows as a table folder: train/<site>.csv for three sites (a real column split: a seeded draw of
-    each row's site), test.csv; a text column whose level 'rose' site gamma lacks, and a number column
-    declared categorical. Returns the rows of every site in file order and the test rows."""
+    """wine's rows as a table folder: train/<site>.csv for three sites (each row's site a seeded draw),
+    test.csv; a text column whose level 'rose' client 0's site (alpha) lacks, and a number column declared
+    categorical. Returns each site's rows (indices into wine, in file order) and wine's features."""
     from sklearn.datasets import load_wine
 
     wine = load_wine()
@@ -99,7 +99,7 @@ def write_site_tables(root: Path) -> tuple[dict[str, np.ndarray], np.ndarray]:
 
     rows = {}
     for name in ("alpha", "beta", "gamma"):
-        rows[name] = np.flatnonzero((site == name) & ~test & ((color != "rose") | (name != "gamma")))
+        rows[name] = np.flatnonzero((site == name) & ~test & ((color != "rose") | (name != "alpha")))
         write(root / "train" / f"{name}.csv", rows[name])
     write(root / "test.csv", np.flatnonzero(test))
     return rows, x
@@ -131,7 +131,7 @@ def test_site_reports_combine_into_the_encoding_and_statistics_the_embedded_engi
         )
         for s in sites
     }
-    assert "rose" not in reports[2]["levels"]["color"] and "sum" in reports[2]  # counts and sums, no rows
+    assert "rose" not in reports[0]["levels"]["color"] and "sum" in reports[0]  # counts and sums, no rows
     test = st.server_test_columns(d.path, None, "test")
     encoding, mean, std = st.combine_site_reports(reports, test, label="label")
     assert encoding.vocabularies == {"color": ("red", "rose", "white"), "grade": ("0", "1", "2")}
