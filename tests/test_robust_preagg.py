@@ -142,6 +142,18 @@ def test_arc_by_hand():
     assert [arc_clipped_count(10, 3), arc_clipped_count(5, 2), arc_clipped_count(4, 0)] == [4, 2, 0]
 
 
+def test_arc_clips_the_updates_from_the_center_not_the_models():
+    # the hand case above, moved by a center c = (100, 0), the model the clients started from: the updates
+    # are clipped as before and c added back; clipping the models' own norms (98.4 .. 106.3) would differ
+    c = torch.tensor([100.0, 0.0], dtype=torch.float64)
+    u = torch.tensor([[3.0, 4.0], [0.0, 1.0], [6.0, 8.0], [0.0, -2.0]], dtype=torch.float64)
+    p = torch.ones(4, dtype=torch.float64)
+    got, _, _ = apply_pre_steps(c + u, p, ["arc"], num_malicious_nodes=1, center=c)
+    assert (got - c).flatten().tolist() == pytest.approx([3.0, 4.0, 0.0, 1.0, 3.0, 4.0, 0.0, -2.0])
+    out, _ = aggregate_vectors(c + u, p, "mean", pre=["arc"], num_malicious_nodes=1, center=c)
+    assert out.tolist() == pytest.approx([101.5, 1.75])  # c + ((3, 4) + (0, 1) + (3, 4) + (0, −2)) / 4
+
+
 def test_geometric_median_by_hand():
     x = torch.tensor([[0.0, 0.0], [1.0, 0.0], [0.0, 1.0]], dtype=torch.float64)
     # one smoothed Weiszfeld step from v = 0 with ν = 1: distances (0 -> ν = 1, 1, 1): β = (1, 1, 1), the

@@ -27,7 +27,9 @@ and weights p, which the rule then reads (f is ``num_malicious_nodes``):
   mean weighted by p, with weight Σ p of its rows; with equal weights, each bucket's plain mean. The order is
   drawn from the run's seed and round, so a run is reproducible. ``bucketing`` then ``mean`` is the mean.
 - ``arc``, adaptive robust clipping (Allouah et al., NeurIPS 2024, Algorithm 1): the k = ⌊2 (f/n)(n − f)⌋
-  rows of largest norm are scaled down to the norm of the largest of the others; weights are unchanged.
+  updates x_i − c of largest norm are scaled down to the norm of the largest of the others, c the center
+  (the model the clients started from, as in centered clipping: clipping is about updates, and a model's
+  own norm says nothing); weights are unchanged.
 
 Every step also says which original rows each new row draws on, so that the rows a rule keeps map back to
 the clients whose models entered them.
@@ -143,9 +145,11 @@ def apply_pre_steps(
     num_malicious_nodes: int = 0,
     bucket_size: int = 2,
     rng: np.random.Generator | None = None,
+    center: Tensor | None = None,
 ) -> tuple[Tensor, Tensor, list[list[int]]]:
     """``steps`` in order on the rows ``x`` with weights ``p``: the new rows, their weights and, per new
-    row, the original rows it draws on. ``rng`` draws the bucketing order."""
+    row, the original rows it draws on. ``rng`` draws the bucketing order; ARC clips the rows' differences
+    from ``center`` (the model the clients started from; None: the rows are updates already)."""
     members = [[i] for i in range(x.shape[0])]
     for step in steps:
         n = x.shape[0]
@@ -171,7 +175,11 @@ def apply_pre_steps(
                 raise ValueError("bucketing needs a generator for its order (rng)")
             x, p, sources = bucket_means(x, p, bucket_size, rng.permutation(n).tolist())
         elif step == "arc":
-            x, sources = adaptive_robust_clipping(x, f), [[i] for i in range(n)]
+            if center is None:
+                x = adaptive_robust_clipping(x, f)
+            else:
+                x = center + adaptive_robust_clipping(x - center, f)
+            sources = [[i] for i in range(n)]
         else:
             raise ValueError(f"unknown pre-aggregation step {step!r}; accepted: {', '.join(PRE_STEPS)}")
         members = [sorted({m for j in row for m in members[j]}) for row in sources]
@@ -276,8 +284,9 @@ def aggregate_vectors(
     weights = torch.as_tensor(p, dtype=x.dtype, device=x.device)
     if pre:
         x, weights, members = apply_pre_steps(
-            x, weights, pre, num_malicious_nodes=num_malicious_nodes, bucket_size=bucket_size, rng=rng
-        )
+            x, weights, pre, num_malicious_nodes=num_malicious_nodes, bucket_size=bucket_size, rng=rng,
+            center=center,
+        )  # fmt: skip
         out, kept = aggregate_vectors(
             x, weights, rule, center=center, beta=beta, num_malicious_nodes=num_malicious_nodes,
             num_nodes_to_select=num_nodes_to_select, clipping_tau=clipping_tau,
@@ -314,9 +323,9 @@ def robust_average(
 ) -> tuple[dict[str, Tensor], list[int]]:
     """The rule ``settings["rule"]`` (with its parameters and pre-aggregation steps, ``[aggregation]``) over
     client models ``states`` with the method's weights ``p``: the aggregated state dict and the positions of
-    the models it used. ``center`` (the previous global model) is the start of centered clipping; ``rng``
-    draws bucketing's order. Integer buffers (BatchNorm's counters) are the first model's, as in the
-    weighted mean."""
+    the models it used. ``center`` (the previous global model) is the start of centered clipping and what
+    ARC clips the models' differences from; ``rng`` draws bucketing's order. Integer buffers (BatchNorm's
+    counters) are the first model's, as in the weighted mean."""
     if settings.get("implementation", "fedhet") == "flower":
         return flower_average(states, p, settings)
     keys = [k for k, v in states[0].items() if v.is_floating_point()]
