@@ -281,3 +281,46 @@ def test_the_one_host_walkthrough_with_tls_and_three_table_nodes_gives_the_embed
     assert (run_dir / "metrics.jsonl").read_bytes() == (tmp_path / "embedded" / "metrics.jsonl").read_bytes()
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["final"] == embedded["final"] and summary["client_sizes"] == embedded["client_sizes"]
+
+
+def test_nodes_reading_their_csv_hold_the_embedded_clients_standardised_rows(tmp_path):
+    """The node and server code of a table deployment, without the network: each node's ClientData and the
+    server's test set equal the embedded engine's, categorical columns included."""
+    from fedhet.config import to_toml
+    from fedhet.flower.client import NodeRuntime
+    from fedhet.flower.site_tables import table_federation
+    from fedhet.flower.sites import export_sites
+
+    write_site_tables(tmp_path / "table")
+    cfg = ExperimentConfig()
+    d = cfg.data
+    d.dataset, d.path, d.split, d.clients = "csv", str(tmp_path / "table"), "sites", 3
+    d.categorical_columns = ["grade"]
+    cfg.model.name = "tabular-mlp"
+    sites = export_sites(cfg, tmp_path / "sites")
+    reports = {
+        s.cid: st.site_report(
+            st.read_table_file(s.folder / "train.csv"), label="label", categorical=["grade"]
+        )
+        for s in sites
+    }
+    server, encoding = table_federation(cfg, reports, torch.device("cpu"))
+    embedded = build_federation(cfg, torch.device("cpu"))
+    assert torch.equal(server.test_x, embedded.test_x) and torch.equal(server.test_y, embedded.test_y)
+    assert server.sizes == embedded.sizes and np.array_equal(server.class_counts, embedded.class_counts)
+    ds = server.dataset
+    run = {
+        "config": to_toml(cfg),
+        "classes": list(ds.classes),
+        "input_shape": list(ds.input_shape),
+        "mean": list(ds.mean),
+        "std": list(ds.std),
+        "encoding": json.dumps(encoding.to_json()),
+    }
+    # exact: the same float32 features and the same (x − mean) / std with the same statistics (combined as
+    # in test_site_reports_combine_...), one operation on both sides
+    for s, client in zip(sites, embedded.clients, strict=True):
+        node = NodeRuntime(run, {"client-id": s.cid, "data-path": str(s.folder / "train.csv")})
+        assert node.cid == client.cid
+        assert torch.equal(node.data.inputs, client.inputs[client.indices])
+        assert torch.equal(node.data.labels, client.labels[client.indices])
