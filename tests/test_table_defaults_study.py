@@ -78,3 +78,18 @@ def test_every_cell_is_a_valid_experiment(name):
 
     for variant in study.VARIANTS:
         as_config(study.CONFIG, study._cell(name, variant).overrides)
+
+
+def test_the_committed_page_renders_again_from_its_records(tmp_path, monkeypatch):
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    committed = (root / study.STUDY.page).read_text()
+    monkeypatch.chdir(tmp_path)  # the diabetes sites' files are written here, as a user's run would
+    (tmp_path / "docs" / "results").mkdir(parents=True)
+    records = root / "docs" / "results" / "cells" / study.STUDY.name
+    study.write_page([], {"records": records})
+    rendered = (tmp_path / study.STUDY.page).read_text()
+    assert rendered.replace(str(records), "RECORDS") == committed.replace(
+        "docs/results/cells/table-defaults", "RECORDS"
+    )
