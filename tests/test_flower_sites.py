@@ -105,6 +105,7 @@ def write_site_tables(root: Path) -> tuple[dict[str, np.ndarray], np.ndarray]:
     return rows, x
 
 
+@pytest.mark.numerics
 def test_site_reports_combine_into_the_encoding_and_statistics_the_embedded_engine_computes(tmp_path):
     rows, x = write_site_tables(tmp_path / "table")
     cfg = ExperimentConfig()
@@ -283,6 +284,7 @@ def test_the_one_host_walkthrough_with_tls_and_three_table_nodes_gives_the_embed
     assert summary["final"] == embedded["final"] and summary["client_sizes"] == embedded["client_sizes"]
 
 
+@pytest.mark.numerics
 def test_nodes_reading_their_csv_hold_the_embedded_clients_standardised_rows(tmp_path):
     """The node and server code of a table deployment, without the network: each node's ClientData and the
     server's test set equal the embedded engine's, categorical columns included."""
