@@ -680,3 +680,16 @@ def test_rows_that_share_their_runs_count_each_run_and_each_record_once():
     provenance = cell_provenance([{**row, "recorded": recorded} for _ in range(3)])
     assert (provenance["runs"], provenance["from_records"]) == (2, 2)
     assert provenance["run_seconds"] == pytest.approx(21.0) and provenance["commits"] == ["abc1234"]
+
+
+def test_records_plans_a_warm_started_table_as_its_page_command_runs_it(monkeypatch):
+    """proxyfl-gated's rows start from phase-A models named by the folder `fedhet reproduce` runs them in
+    (model.init_from, part of the fingerprint): planned in any other folder, none of its 15 committed cells
+    would match its record."""
+    from fedhet.cli.records import table_page
+
+    root = Path(__file__).resolve().parents[1]
+    monkeypatch.chdir(root)
+    results = root / "docs" / "results"
+    plan = table_page(results / "proxyfl-gated.md", results / "cells")
+    assert (plan["from_records"], plan["to_run"]) == (15, 0)
