@@ -73,6 +73,12 @@ def test_export_sites_writes_each_clients_rows_of_the_embedded_split_and_refuses
         fedhet_main(["partition", str(tmp_path / "digits.toml"), "--export-sites", str(out), "--force"]) == 0
     )
     assert not (out / "stray.txt").exists()
+    other = tmp_path / "not-an-export"
+    other.mkdir()
+    (other / "keep.txt").write_text("x")  # --force never deletes a folder that is not an export
+    argv = ["partition", str(tmp_path / "digits.toml"), "--export-sites", str(other), "--force"]
+    assert fedhet_main(argv) == 2
+    assert (other / "keep.txt").is_file() and "not an earlier export" in capsys.readouterr().err
 
 
 # -- tables at the nodes --------------------------------------------------------------------------------
@@ -326,3 +332,49 @@ def test_nodes_reading_their_csv_hold_the_embedded_clients_standardised_rows(tmp
         assert node.cid == client.cid
         assert torch.equal(node.data.inputs, client.inputs[client.indices])
         assert torch.equal(node.data.labels, client.labels[client.indices])
+
+
+@pytest.mark.numerics
+def test_a_parquet_table_with_a_client_column_is_exported_and_encoded_at_its_sites_as_embedded(tmp_path):
+    """One Parquet file naming each row's site, a missing category, a held-out test part: the export writes
+    each site's rows and the server's test rows as Parquet, and the sites' path gives the embedded rows."""
+    pa = pytest.importorskip("pyarrow")
+    import pyarrow.parquet as pq
+
+    rng = np.random.default_rng(1)
+    n = 120
+    columns = {
+        "a": rng.normal(size=n),
+        "b": rng.integers(0, 4, n).astype(float),
+        "c": [["x", "y", None][i] for i in rng.integers(0, 3, n)],
+        "site": [["s1", "s2"][i] for i in rng.integers(0, 2, n)],
+        "y": rng.integers(0, 2, n),
+    }
+    pq.write_table(pa.table(columns), tmp_path / "all.parquet")
+    cfg = ExperimentConfig()
+    d = cfg.data
+    d.dataset, d.path, d.split, d.clients = "parquet", str(tmp_path / "all.parquet"), "sites", 2
+    d.client_column, d.label_column, d.categorical_columns = "site", "y", ["b"]
+    from fedhet.flower.sites import export_sites
+
+    sites = export_sites(cfg, tmp_path / "sites")
+    fed = build_federation(cfg, torch.device("cpu"))
+    ds = fed.dataset
+    assert [s.folder.name for s in sites] == ["s1", "s2"] and sum(s.rows for s in sites) == len(ds.train_y)
+    reports = {
+        s.cid: st.site_report(
+            st.read_table_file(s.folder / "train.parquet"), label="y", client="site", categorical=["b"]
+        )
+        for s in sites
+    }
+    test = st.server_test_columns(None, str(tmp_path / "sites" / "server" / "test.parquet"), "test")
+    encoding, mean, _ = st.combine_site_reports(reports, test, label="y")
+    assert "c=(missing)" in encoding.feature_names and encoding.feature_names == ds.feature_names
+    np.testing.assert_allclose(mean, ds.mean, rtol=1e-12, atol=0)  # float64 sums of the same values
+    for s, client in zip(sites, fed.clients, strict=True):
+        rows = st.read_table_file(s.folder / "train.parquet")
+        features, labels = st.encode_rows(rows, encoding, s.folder.name)
+        assert np.array_equal(features, ds.train_x[client.indices].numpy())
+        assert np.array_equal(labels, ds.train_y[client.indices].numpy())
+    test_x, test_y = st.encode_rows(test, encoding, "test")
+    assert np.array_equal(test_x, ds.test_x.numpy()) and np.array_equal(test_y, ds.test_y.numpy())

@@ -112,7 +112,12 @@ def export_sites(cfg: ExperimentConfig, out: str | os.PathLike, *, force: bool =
         if not force:
             raise ConfigError(
                 f"--export-sites {root}: the folder is not empty; give an empty or new folder, or add "
-                "--force to replace what it holds"
+                "--force to replace an earlier export"
+            )
+        if not (root / NODES_FILE).is_file():  # --force replaces an export, never an arbitrary folder
+            raise ConfigError(
+                f"--export-sites {root}: the folder holds files but no {NODES_FILE}, so it is not an earlier "
+                "export; --force replaces only an export: give an empty or new folder"
             )
         shutil.rmtree(root)
     fed = build_federation(cfg, torch.device("cpu"))
