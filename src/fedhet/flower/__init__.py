@@ -3,7 +3,9 @@ that runs ``fedhet.engine.client.run_client`` on each node's own data (the ``fed
 
 - ``fedhet.flower.server``: :func:`make_server_app`, :func:`run_flower_simulation`, the Flower transport;
 - ``fedhet.flower.client``: :func:`make_client_app`;
-- ``fedhet.flower.app``: ``server_app`` / ``client_app`` objects for ``flwr run`` (see docs/flower.md).
+- ``fedhet.flower.site_tables``: the server's side of nodes that read their own tables (``node-tables``);
+- ``fedhet.flower.sites``: each site's data from a split (``fedhet partition --export-sites``);
+- ``examples/flower-app``: ``server_app`` / ``client_app`` objects for ``flwr run`` (see docs/flower.md).
 """
 
 from __future__ import annotations
