@@ -22,7 +22,6 @@ from fedhet.algorithms import build_strategy  # noqa: E402
 from fedhet.config import ExperimentConfig, to_toml  # noqa: E402
 from fedhet.data.datasets import load_local_data  # noqa: E402
 from fedhet.engine.protocol import ClientState, Instruction, Reply  # noqa: E402
-from fedhet.engine.simulation import build_federation  # noqa: E402
 from fedhet.errors import ConfigError, DataError, ProtocolError  # noqa: E402
 from fedhet.experiment import make_simulation  # noqa: E402
 from fedhet.flower.records import (  # noqa: E402
@@ -229,22 +228,11 @@ def deployment_config(rounds: int = 3) -> ExperimentConfig:
 
 
 def write_node_data(cfg: ExperimentConfig, root: Path) -> list[Path]:
-    """Each client's partition of the embedded engine's split as the node's own .npz (raw images)."""
-    fed = build_federation(cfg, torch.device("cpu"))
-    ds = fed.dataset
-    folders = []
-    for client in fed.clients:
-        folder = root / f"site{client.cid}"
-        folder.mkdir(parents=True)
-        idx = client.indices.numpy()
-        np.savez(
-            folder / "data.npz",
-            x_train=ds.train_x[idx].numpy(),
-            y_train=ds.train_y[idx].numpy(),
-            classes=np.array(ds.classes),
-        )
-        folders.append(folder)
-    return folders
+    """Each client's partition of the embedded engine's split as the node's own .npz (raw images), as
+    ``fedhet partition CONFIG --export-sites`` writes it."""
+    from fedhet.flower.sites import export_sites
+
+    return [site.folder for site in export_sites(cfg, root)]
 
 
 def app_copy(tmp_path: Path) -> Path:
