@@ -15,7 +15,8 @@ from scipy.stats import norm
 
 import fedhet.engine.rounds as rounds_module
 from fedhet.algorithms.fedavg import SGDTrainer
-from fedhet.config import ExperimentConfig, TrainConfig, apply_override
+from fedhet.attacks import build_attack
+from fedhet.config import ExperimentConfig, FaultsConfig, TrainConfig, apply_override
 from fedhet.engine.client import run_client
 from fedhet.engine.faults import (
     FAULT_MEMORY,
@@ -40,7 +41,8 @@ def _tmp_cache(tmp_path, monkeypatch):
 
 
 def fault(behaviour: str, factor: float = 100.0, noise_std: float = 1.0, seed: int = 3) -> Fault:
-    return Fault(behaviour, factor, noise_std, torch.Generator().manual_seed(seed))
+    attack = build_attack(behaviour, FaultsConfig(factor=factor, noise_std=noise_std))
+    return Fault(attack, torch.Generator().manual_seed(seed))
 
 
 # -- a round of synthetic replies: every client was sent W0 --------------------------------------------------

@@ -13,8 +13,9 @@ import torch
 
 from fedhet.algorithms.celm import rescale_evidence
 from fedhet.algorithms.fedavg import FedAvg
+from fedhet.attacks import build_attack
 from fedhet.cli import main
-from fedhet.config import apply_override, from_dict, load_config_text, to_toml
+from fedhet.config import FaultsConfig, apply_override, from_dict, load_config_text, to_toml
 from fedhet.engine.faults import Fault, InjectedFault, apply_fault, fault_for, refuse_to_train
 from fedhet.engine.guards import guard_updates, model_is_finite, update_norm
 from fedhet.engine.protocol import Instruction, Reply
@@ -31,7 +32,8 @@ def _tmp_cache(tmp_path, monkeypatch):
 
 # -- the faults themselves -----------------------------------------------------------------------------------
 def fault(behaviour: str, factor: float = 100.0, noise_std: float = 1.0) -> Fault:
-    return Fault(behaviour, factor, noise_std, torch.Generator().manual_seed(3))
+    attack = build_attack(behaviour, FaultsConfig(factor=factor, noise_std=noise_std))
+    return Fault(attack, torch.Generator().manual_seed(3))
 
 
 START = {"w": torch.tensor([1.0, 2.0]), "n": torch.tensor(4)}

@@ -23,7 +23,6 @@ from typing import Any
 
 from fedhet.config_sections import (
     CHOICES,
-    FAULT_BEHAVIOURS,
     NEUTRAL_VALUE,
     WAS,
     AggregationConfig,
@@ -44,7 +43,6 @@ __all__ = [
     "CHOICES",
     "AggregationConfig",
     "CONFIG_DIR",
-    "FAULT_BEHAVIOURS",
     "CHANGED_DEFAULTS",
     "OPTIONAL_SECTIONS",
     "SECTIONS",

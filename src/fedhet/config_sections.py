@@ -176,29 +176,21 @@ class EvalConfig:
 CONTRIBUTION_ESTIMATORS = ("gtg-shapley", "or-shapley")
 
 
-#: What an injected faulty client does (``[faults] clients``; docs/robustness.md).
-FAULT_BEHAVIOURS = (
-    "noise", "scale", "sign-flip", "stale", "nan", "lie-num-examples", "crash", "drop",
-    "label-flip", "free-rider", "replay", "alie", "ipm", "adaptive-scale",
-)  # fmt: skip
-#: The behaviours of a coordinated adversary: the round loop alters their replies after it gathers the round's
-#: replies, with the round's honest updates in view (fedhet.engine.faults.coordinated_attack).
-COORDINATED_FAULTS = ("alie", "ipm", "adaptive-scale")
-
-
 @dataclass
 class FaultsConfig:
     """Injected client faults, for robustness experiments: which clients misbehave and how.
 
-    ``clients`` maps a client id to one of :data:`FAULT_BEHAVIOURS` (``--set faults.clients.3=noise``).
+    ``clients`` maps a client id to an attack's name (``--set faults.clients.3=noise``): a built-in one or
+    one registered with ``fedhet.attacks.register`` (fedhet.attacks; docs/writing-an-attack.md).
     ``noise``: weights drawn from N(0, ``noise_std``²), a random model; ``scale``: the update × ``factor``;
     ``sign-flip``: the update negated; ``stale``: the unchanged model it was sent (a free rider); ``nan``:
     NaN weights; ``lie-num-examples``: ``factor`` × its sample count (in its description too); ``crash``:
     an error; ``drop``: no reply; ``label-flip``: trains on labels y → K−1−y; ``free-rider``: the model it
     was sent plus N(0, ``noise_std``²) noise; ``replay``: re-sends its first update; ``alie``: mean − z·std of
     the round's honest updates; ``ipm``: −``epsilon`` × their mean; ``adaptive-scale``: its update scaled to
-    just under the update-norm guard's bound. The clients' standalone reference runs without faults.
-    Sources and the threat model: docs/reliability.md and fedhet.engine.faults.
+    just under the update-norm guard's bound; ``min-max``, ``min-sum``, ``mimic``, ``inf``: the attacks
+    built to beat robust rules, with their parameters in ``params``. The clients' standalone reference runs
+    without faults. Sources and the threat model: docs/reliability.md and fedhet.engine.faults.
     """
 
     clients: dict[str, Any] = fingerprinted(factory=dict)
@@ -214,6 +206,9 @@ class FaultsConfig:
     z: float | None = neutral(None)
     #: IPM's ε: colluders send −ε × the mean honest update (0.5 the paper's small ε; 100 its large ε).
     epsilon: float = neutral(0.5)
+    #: Each attack's own parameters, one table per attack name (``[faults.params.min-max] direction =
+    #: "sign"``); an attack not named here runs with its declared defaults.
+    params: dict[str, Any] = neutral(factory=dict)
 
 
 @dataclass

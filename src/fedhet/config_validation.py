@@ -12,10 +12,10 @@ import importlib.util
 import math
 from typing import Any, Protocol
 
+from fedhet.attacks import is_attack, unknown_attack
 from fedhet.config_sections import (
     CHOICES,
     CONTRIBUTION_ESTIMATORS,
-    FAULT_BEHAVIOURS,
     PRE_AGGREGATION_STEPS,
     PRE_STEPS_READING_F,
     AggregationConfig,
@@ -322,9 +322,15 @@ def _check_faults(cfg: ExperimentSections) -> None:
             raise ConfigError(
                 f"faults.clients has key {key!r}; keys are client ids 0..{n - 1}, e.g. faults.clients.0=noise"
             )
-        if behaviour not in FAULT_BEHAVIOURS:
+        if not is_attack(behaviour):
+            raise unknown_attack(f"faults.clients.{key}={behaviour!r}")
+    for name, block in f.params.items():
+        if not is_attack(name):
+            raise unknown_attack(f"faults.params.{name}: {name!r}")
+        if not isinstance(block, dict):
             raise ConfigError(
-                f"faults.clients.{key}={behaviour!r} is not a fault; choose one of {list(FAULT_BEHAVIOURS)}"
+                f"faults.params.{name}={block!r} must be a table of the attack's parameters, e.g. "
+                f'faults.params.{name}.direction="sign"'
             )
     if not f.factor > 0:
         raise ConfigError(f"faults.factor={f.factor} must be > 0")

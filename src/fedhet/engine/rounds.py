@@ -34,6 +34,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from fedhet.attacks import check_attacks
 from fedhet.code_version import commit, results_stamp
 from fedhet.config import ExperimentConfig, to_toml
 from fedhet.contributions.tracker import RoundEstimates
@@ -186,6 +187,7 @@ class RoundLoop:
     # -- set-up -------------------------------------------------------------------------------------------
     def setup(self) -> None:
         cfg, strategy = self.cfg, self.strategy
+        check_attacks(cfg.faults)  # every named attack and its parameters, before any data or training
         if cfg.train.threads:
             torch.set_num_threads(cfg.train.threads)
         self.device = resolve_device(cfg.train.device)
@@ -288,7 +290,7 @@ class RoundLoop:
         guard = cfg.guards
         floored = (guard.update_norm_factor or guard.update_norm_clip) and guard.update_norm_floor
         global_norm = model_norm(self.strategy.global_model()) if floored else None
-        # -- [faults] the coordinated adversary (alie, ipm, adaptive-scale; fedhet.engine.faults) ----------
+        # -- [faults] the coordinated adversary (fedhet.attacks of kind coordinated; fedhet.engine.faults) -
         # Its colluders replace their replies with the round's honest updates in view, after the boundary and
         # before the guards and the aggregation; the same step on every transport. Nothing without [faults].
         if cfg.faults.clients:

@@ -33,6 +33,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from fedhet.attacks import attack_class
 from fedhet.config import ExperimentConfig, apply_overrides
 from fedhet.errors import ConfigError
 
@@ -47,9 +48,6 @@ GUARDS_OFF = {
     "guards.min_update_cosine": None,
 }
 
-#: The [faults] that are a property of a client's data, not of what it sends: they belong to the federation
-#: whose coalitions are valued (a client with wrong labels), and every coalition holding it trains on them.
-DATA_FAULTS = ("label-flip",)
 
 #: The most clients fedhet trains every coalition of (2^12 − 1 = 4,095 coalitions).
 MAX_CLIENTS = 12
@@ -112,7 +110,10 @@ def check_federation(cfg: ExperimentConfig) -> int:
             f"train.clients_per_round = {cpr}: a coalition's utility is defined with every member taking "
             "part in every round; set train.clients_per_round = 1.0"
         )
-    acting = sorted({b for b in cfg.faults.clients.values() if b not in DATA_FAULTS})
+    # Attacks of kind "data" are a property of a client's data, not of what it sends: they belong to the
+    # federation whose coalitions are valued (a client with wrong labels), and every coalition holding it
+    # trains on them.
+    acting = sorted({b for b in cfg.faults.clients.values() if attack_class(b).kind != "data"})
     if cfg.train.client_dropout or acting or cfg.train.participants is not None:
         raise ConfigError(
             "train.client_dropout, [faults] other than a client's wrong labels (label-flip) and "
