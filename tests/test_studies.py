@@ -170,26 +170,40 @@ def test_robustness_targets_are_computed_from_the_defaults_cells(tmp_path):
     norms = [{"update_norms": {"0": 1.0, "1": 2.0, "2": 6.0}, "clipped": {"2": 0.67}}]
     norms += [{"update_norms": {"0": 1.0, "1": 3.0, "2": 3.0}}]
     clean_lines = [{"rejected": {"4": "norm"}}, *norms, *ok]
-    _robustness_run(tmp_path / "clean" / "defaults", "fedavg", 0, 0.80, clean_lines)
-    _robustness_run(tmp_path / "noise/f1" / "defaults", "fedavg", 0, 0.79, ok)  # −1 point: within 2
-    _robustness_run(tmp_path / "noise/f3" / "defaults", "fedavg", 0, 0.70, ok)  # −10 points: beyond 5
+    for seed, clean in enumerate((0.80, 0.82, 0.84)):
+        _robustness_run(
+            tmp_path / "clean" / "defaults", "fedavg", seed, clean, clean_lines if seed == 0 else ok
+        )
+    # noise/f1: -1 point in every seed: no spread, the interval is [-1, -1], above -2: met
+    # noise/f3: -10, -11, -12: mean -11, sd 1, t(0.975, 2) = 4.3027 -> half 4.3027 / sqrt(3) = 2.484:
+    # [-13.5, -8.5], below -5: missed
+    # sign-flip/f1: -1, -3, +1: mean -1, sd 2 -> half 4.969: [-6.0, +4.0], straddles -2: not resolved
+    for seed, (f1, f3, flip) in enumerate(((0.79, 0.70, 0.79), (0.81, 0.71, 0.79), (0.83, 0.72, 0.85))):
+        _robustness_run(tmp_path / "noise/f1" / "defaults", "fedavg", seed, f1, ok)
+        _robustness_run(tmp_path / "noise/f3" / "defaults", "fedavg", seed, f3, ok)
+        _robustness_run(tmp_path / "sign-flip/f1" / "defaults", "fedavg", seed, flip, ok)
+    _robustness_run(tmp_path / "scale/f1" / "defaults", "fedavg", 0, 0.5, ok)  # one seed: no interval
     lines = robustness.targets(robustness.collect(tmp_path))
     fedavg = next(line for line in lines if "FedAvg, defaults" in line)
-    assert "(2 attacked rows measured, 26 not yet): missed in 1 case(s): noise/f3 −10.0 pts;" in fedavg
+    assert "(4 attacked rows measured, 24 not yet): accuracy target met in 1 of 4 attacked rows;" in fedavg
+    assert "missed in noise/f3 -11.0 [-13.5, -8.5];" in fedavg
+    assert "not resolved in scale/f1 (one seed); sign-flip/f1 -1.0 [-6.0, +4.0];" in fedavg
     assert "noise/f1" not in fedavg and "honest updates rejected in the clean runs: 1; clipped: 1;" in fedavg
     assert "largest honest update-norm ratio to the round's median there: 3.0" in fedavg
     assert "- **CELM**: not measured yet (no clean run)" in lines
     # a hostile client on top counts only where the same clients were not on top in the clean run: client 1
     # (hostile at f = 3) is the largest in seed 1 with and without the attack; client 0 takes it in seed 0
+    other = tmp_path / "other"
     big1 = [{"aggregation_weights": {"1": 0.6, "5": 0.4}}]
     big0 = [{"aggregation_weights": {"0": 0.6, "5": 0.4}}]
-    _robustness_run(tmp_path / "clean" / "defaults", "fedavg", 1, 0.80, big1)
-    _robustness_run(tmp_path / "stale/f3" / "defaults", "fedavg", 0, 0.80, big0)
-    _robustness_run(tmp_path / "stale/f3" / "defaults", "fedavg", 1, 0.80, big1)
+    _robustness_run(other / "clean" / "defaults", "fedavg", 0, 0.80, ok)
+    _robustness_run(other / "clean" / "defaults", "fedavg", 1, 0.80, big1)
+    _robustness_run(other / "stale/f3" / "defaults", "fedavg", 0, 0.80, big0)
+    _robustness_run(other / "stale/f3" / "defaults", "fedavg", 1, 0.80, big1)
     fedavg = next(
-        line for line in robustness.targets(robustness.collect(tmp_path)) if "FedAvg, defaults" in line
+        line for line in robustness.targets(robustness.collect(other)) if "FedAvg, defaults" in line
     )
-    assert "stale/f3 hostile on top in 1 seed(s)" in fedavg
+    assert "hostile on top in stale/f3 in 1 seed(s)" in fedavg
 
 
 def test_robustness_flower_columns_are_the_same_rules_computed_by_flower(tmp_path):

@@ -396,11 +396,43 @@ def table(dirs: list[Path], options: Mapping[str, Any]) -> str:
     )
 
 
+def drop_interval(
+    cell: Mapping[str, list[float]], clean: Mapping[str, list[float]]
+) -> tuple[float, float, float]:
+    """The accuracy change against the clean run in points, paired by seed: its mean and 95 % Student-t
+    interval (fedhet.verdicts.paired_interval; differences without spread give the interval [d, d]); NaN
+    with fewer than two paired seeds."""
+    from fedhet.verdicts import paired_interval
+
+    clean_by_seed = dict(zip(clean["seed"], clean["accuracy"], strict=True))
+    pairs = [
+        100 * (a - clean_by_seed[s])
+        for s, a in zip(cell["seed"], cell["accuracy"], strict=True)
+        if s in clean_by_seed and np.isfinite(a) and np.isfinite(clean_by_seed[s])
+    ]
+    if len(pairs) < 2:
+        return float("nan"), float("nan"), float("nan")
+    return paired_interval(pairs)
+
+
+def drop_verdict(low: float, high: float, target: float) -> str:
+    """ "meets" when the interval of the change lies above −target, "misses" when it lies below, else "not
+    resolved" (the seeds cannot tell)."""
+    if not (np.isfinite(low) and np.isfinite(high)):
+        return "not resolved"
+    if low > -target:
+        return "meets"
+    if high < -target:
+        return "misses"
+    return "not resolved"
+
+
 def targets(found: Mapping[tuple[str, str], Mapping[str, list[float]]]) -> list[str]:
     """The defaults against their targets, one line per method, computed from the cells: with the default
     defences no attack puts a hostile client on top (where the same clients were not on top in the clean run
-    of the same seed), accuracy stays within 2 points of clean at f = 1 and 5 points at f = 3, and no honest
-    update is rejected in a clean run."""
+    of the same seed); the accuracy change against clean, paired by seed, has its 95 % interval above −2
+    points at f = 1 and −5 points at f = 3 (:func:`drop_verdict`: meets, misses, or not resolved); and no
+    honest update is rejected in a clean run."""
     lines = []
     attacked = [(b, f) for b, f in ROWS if b != "clean"]
     for column in [c for c, (variant, _) in COLUMNS.items() if variant in TARGETED]:
@@ -408,34 +440,41 @@ def targets(found: Mapping[tuple[str, str], Mapping[str, list[float]]]) -> list[
         if not clean["accuracy"]:
             lines.append(f"- **{column}**: not measured yet (no clean run)")
             continue
-        misses, measured = [], 0
+        misses, unresolved, on_top, measured = [], [], [], 0
         for behaviour, f in attacked:
             cell = found[row_name(behaviour, f), column]
             if not cell["accuracy"]:
                 continue
             measured += 1
-            drop = -change_against_clean(cell, clean)
-            if drop > TARGET_DROP[f]:
-                misses.append(f"{row_name(behaviour, f)} −{drop:.1f} pts")
+            mean, low, high = drop_interval(cell, clean)
+            verdict = drop_verdict(low, high, TARGET_DROP[f])
+            shown = f"{row_name(behaviour, f)} {mean:+.1f} [{low:+.1f}, {high:+.1f}]"
+            if verdict == "misses":
+                misses.append(shown)
+            elif verdict == "not resolved":
+                unresolved.append(shown if np.isfinite(mean) else f"{row_name(behaviour, f)} (one seed)")
             # on top because of the attack: not where the same clients were on top in the clean run
             clean_top = dict(zip(clean["seed"], clean.get(f"top_f{f}", []), strict=False))
             gained = [s for s, t in zip(cell["seed"], cell["top"], strict=True) if t and not clean_top.get(s)]
             if gained:
-                misses.append(f"{row_name(behaviour, f)} hostile on top in {len(gained)} seed(s)")
+                on_top.append(f"{row_name(behaviour, f)} in {len(gained)} seed(s)")
         honest = int(sum(clean["honest_rejected"]))
         clipped = int(sum(clean["honest_clipped"]))
         ratio = max(clean["honest_ratio"], default=float("nan"))
-        if measured == 0:
-            verdict = "not measured yet (no attacked row)"
-        elif misses:
-            verdict = f"missed in {len(misses)} case(s): " + "; ".join(misses)
-        else:
-            verdict = "met in every measured row"
         pending = f", {len(attacked) - measured} not yet" if measured < len(attacked) else ""
+        if measured == 0:
+            lines.append(f"- **{column}**: not measured yet (no attacked row)")
+            continue
+        met = measured - len(misses) - len(unresolved)
+        parts = [f"accuracy target met in {met} of {measured} attacked rows"]
+        parts.append("missed in " + ("; ".join(misses) if misses else "none"))
+        if unresolved:
+            parts.append("not resolved in " + "; ".join(unresolved))
+        parts.append("hostile on top in " + ("; ".join(on_top) if on_top else "no row"))
         lines.append(
-            f"- **{column}** ({measured} attacked rows measured{pending}): {verdict}; honest updates "
-            f"rejected in the clean runs: {honest}; clipped: {clipped}; largest honest update-norm ratio to "
-            f"the round's median there: {ratio:.1f}"
+            f"- **{column}** ({measured} attacked rows measured{pending}): " + "; ".join(parts) + "; honest "
+            f"updates rejected in the clean runs: {honest}; clipped: {clipped}; largest honest update-norm "
+            f"ratio to the round's median there: {ratio:.1f}"
         )
     return lines
 

@@ -97,9 +97,13 @@ skips a seed whose records hold the same experiment and stamp, so the table fill
 Computed from the cells below: with the defaults no attack puts a hostile client on top (counted in a seed
 only where the same clients were not on top in that seed's clean run: FedAvg weighs by sample count, so a
 client the split made largest is on top with or without an attack), the final accuracy stays within 2 points
-of the clean run at f = 1 and within 5 points at f = 3, and no honest update is rejected in a clean run. Each
-line also counts the honest updates the clipping guard shortened in the clean runs, and the largest ratio of
-an honest update's norm to its round's median there (how close honest clients come to the guards).
+of the clean run at f = 1 and within 5 points at f = 3, and no honest update is rejected in a clean run. The
+accuracy target is judged on the change against the clean run paired by seed, with its 95 % Student-t
+interval (shown as mean [low, high] in points): **met** when the whole interval lies above −2 (f = 1) or −5
+(f = 3), **missed** when it lies below, **not resolved** when it straddles the target (the seeds cannot
+tell; more seeds narrow it). Each line also counts the honest updates the clipping guard shortened in the
+clean runs, and the largest ratio of an honest update's norm to its round's median there (how close honest
+clients come to the guards).
 
 {chr(10).join(targets(found))}
 
