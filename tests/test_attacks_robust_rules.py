@@ -213,3 +213,31 @@ def test_a_users_attack_registers_by_name_and_runs_in_a_config(tmp_path):
         register(Zero, name="noise")
     with pytest.raises(ConfigError, match="not an Attack subclass"):
         register(int)
+
+
+# -- on Flower -----------------------------------------------------------------------------------------------
+@pytest.mark.slow
+def test_the_attacks_built_to_beat_robust_rules_act_on_flower_as_in_the_embedded_engine(tmp_path):
+    """min-max, min-sum, mimic and inf are a step of the round loop the Flower server shares: metrics.jsonl
+    bit for bit as the embedded engine's, with a robust rule aggregating what they sent."""
+    pytest.importorskip("flwr", reason="the Flower tests need fedhet[flower]")
+    from fedhet.config import ExperimentConfig
+    from fedhet.flower.server import run_flower_simulation
+
+    cfg = ExperimentConfig()
+    cfg.data.dataset, cfg.data.split, cfg.data.clients = "fashion-mnist", "iid", 6
+    cfg.data.max_train_samples, cfg.data.max_test_samples = 900, 200
+    cfg.train.rounds, cfg.train.local_steps, cfg.train.batch_size, cfg.train.threads = 2, 3, 16, 1
+    cfg.eval.fairness = False
+    cfg.faults.clients = {"0": "min-max", "1": "min-sum", "2": "mimic", "3": "inf"}
+    cfg.faults.params = {"min-max": {"direction": "sign"}}
+    cfg.aggregation.rule = "median"
+    run_flower_simulation(cfg, tmp_path / "flower")
+    make_simulation(cfg, run_dir=tmp_path / "embedded").run()
+    flower, embedded = lines_of(tmp_path / "flower"), lines_of(tmp_path / "embedded")
+    assert flower == embedded
+    for line in embedded:
+        norms = line["update_norms"]
+        assert norms["3"] > 1e20  # inf acted (and the norm guard rejected it)
+        # mimic sent a copy of one honest update (float32 rounding of w_sent + Δ aside)
+        assert any(norms["2"] == pytest.approx(norms[h], rel=1e-6) for h in ("4", "5"))
