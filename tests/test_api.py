@@ -335,7 +335,9 @@ def test_python_dash_m_fedhet_is_the_cli():
 # The examples, at tiny scale
 # --------------------------------------------------------------------------------------------------------
 @pytest.mark.slow
-@pytest.mark.parametrize("script", ["quickstart", "own_data", "own_model", "own_method", "tabular"])
+@pytest.mark.parametrize(
+    "script", ["quickstart", "own_data", "own_model", "own_method", "own_attack", "tabular"]
+)
 def test_every_example_runs(script, tmp_path):
     env = {**os.environ, "FEDHET_CACHE": str(tmp_path / "cache")}
     done = subprocess.run(

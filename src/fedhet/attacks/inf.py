@@ -1,7 +1,7 @@
 """``inf``: a large-value attack, every coordinate of the update set to one huge finite ``value`` (default
 1e20; finite in float32, whose largest is about 3.4e38, so that it passes the protocol's finiteness check
-and reaches the guards and the rule). ByzFL's and the robust-aggregation literature's "infinity" attack
-sends +∞, which any finiteness check rejects; a finite huge value is the harder case for a rule.
+and reaches the guards and the rule, where an update of +∞ would be rejected at the boundary as ``nan``
+is). In float16 weights w_sent + 1e20 overflows to +∞ and is rejected so.
 """
 
 from __future__ import annotations
