@@ -36,13 +36,17 @@ from fedhet.engine.protocol import ClientData, TrainContext, Trainer
 from fedhet.engine.schedule import resolve_device
 from fedhet.engine.seeds import derived_torch_generator
 from fedhet.errors import DataError, FedhetError, ProtocolError
-from fedhet.flower.records import content_to_instruction, load_state, reply_to_content, store_state
+from fedhet.flower.records import (
+    NODE_RECORD,
+    RUN_RECORD,
+    content_to_instruction,
+    load_state,
+    reply_to_content,
+    store_state,
+)
 
 log = logging.getLogger("fedhet.flower")
 
-#: RecordDict keys of the run description the server sends, and of the node's answer.
-RUN_RECORD = "fedhet.run"
-NODE_RECORD = "fedhet.node"
 #: The reply's record of the node's seconds: the whole handler, and run_client's training within it.
 TIMING_RECORD = "fedhet.timing"
 #: The record of a node's report on its own table (the first exchange of a run with node-tables).

@@ -29,8 +29,9 @@ from fedhet.engine.boundary import check_transport
 from fedhet.engine.protocol import Failures, Instruction, Reply, Strategy, Transport
 from fedhet.engine.rounds import RoundLoop
 from fedhet.errors import ConfigError, FedhetError, ProtocolError
-from fedhet.flower.client import NODE_RECORD, RUN_RECORD, TIMING_RECORD
-from fedhet.flower.records import content_to_reply, instruction_to_content
+from fedhet.flower.client import TIMING_RECORD
+from fedhet.flower.records import NODE_RECORD, RUN_RECORD, content_to_reply, instruction_to_content
+from fedhet.flower.server_log import FlowerLogListener, fedhet_log_to_flower, log_failure
 from fedhet.report.listeners import run_listeners
 
 log = logging.getLogger("fedhet.flower")
@@ -101,9 +102,17 @@ class FlowerTransport(Transport):
                 log.error("node %d refused the run: %s", node, msg.error.reason)
                 continue
             try:
+                if NODE_RECORD not in msg.content:
+                    raise ProtocolError(
+                        f"node {node} answered the describe query without a {NODE_RECORD!r} record (its "
+                        "client-id and input_shape; fedhet.flower.records.description_to_content writes it)"
+                    )
                 cid = self._check_node(node, dict(msg.content[NODE_RECORD]))
-                descriptions[cid] = content_to_reply(msg.content)
-            except (FedhetError, KeyError) as exc:
+                try:
+                    descriptions[cid] = content_to_reply(msg.content, description=True)
+                except ProtocolError as exc:
+                    raise ProtocolError(f"node {node} (client {cid}): {exc}") from exc
+            except FedhetError as exc:
                 self.refused[node] = str(exc)
                 log.error("refused node %d: %s", node, exc)
                 continue
@@ -114,8 +123,17 @@ class FlowerTransport(Transport):
 
     def _check_node(self, node: int, record: dict[str, Any]) -> int:
         """The node's client id, after checking its data against the run (ProtocolError naming the node)."""
-        cid = int(record["client-id"])
-        shape, expected = list(record["input_shape"]), list(self.run_record["input_shape"])
+        cid = record.get("client-id")
+        if isinstance(cid, bool) or not isinstance(cid, int):
+            raise ProtocolError(
+                f"node {node}'s {NODE_RECORD!r} record gives client-id={cid!r}; it must be an integer"
+            )
+        shape, expected = record.get("input_shape"), list(self.run_record["input_shape"])
+        if not isinstance(shape, list) or not all(isinstance(s, int) for s in shape):
+            raise ProtocolError(
+                f"node {node} (client {cid})'s {NODE_RECORD!r} record gives input_shape={shape!r}; it must "
+                f"be a list of integers (the run's is {expected})"
+            )
         if shape != expected:
             raise ProtocolError(
                 f"node {node} (client {cid}) holds inputs of shape {shape}; the run's are {expected}"
@@ -171,8 +189,8 @@ class FlowerTransport(Transport):
                 continue
             try:
                 replies[cid] = content_to_reply(msg.content)
-            except ProtocolError as exc:
-                failures[cid] = str(exc)
+            except ProtocolError as exc:  # a malformed reply: the client fails this round, the round goes on
+                failures[cid] = f"node {msg.metadata.src_node_id}: {exc}"
                 continue
             if TIMING_RECORD in msg.content:  # a node's own report, used for timings only
                 handler_s.append(float(msg.content[TIMING_RECORD].get("handler_s", 0.0)))
@@ -252,6 +270,13 @@ class FlowerServer(RoundLoop):
             connect_timeout=self.connect_timeout,
         )
 
+    def client(self, cid: int) -> str:
+        """A client as a log line names it: its number, its site's name where the data name sites, and the
+        Flower node that holds it (once the describe exchange has learnt it)."""
+        transport = getattr(self, "transport", None)
+        node = transport.node_of.get(cid) if transport is not None else None
+        return super().client(cid) + (f" (node {node})" if node is not None else "")
+
     def run(self) -> dict[str, Any]:
         summary = super().run()
         if self.run_dir is not None:
@@ -273,17 +298,34 @@ def make_server_app(
     progress: Callable[..., None] | None = None,
     on_summary: Callable[[dict[str, Any]], None] | None = None,
     overwrite: bool = False,
+    log_to_flower: bool | None = None,
 ) -> ServerApp:
     """A ServerApp that runs one fedhet experiment.
 
     With ``cfg`` (Flower simulation from Python) it runs that config; otherwise it reads the run config of
-    ``flwr run``: ``config`` (a fedhet TOML, relative to ``app_dir``), ``run-dir``, ``round-timeout``,
-    ``connect-timeout``, ``node-tables`` (the nodes read their own tables: ``fedhet.flower.site_tables``).
+    ``flwr run``: ``config`` (a fedhet TOML, relative to ``app_dir``), ``run-dir`` (a relative one resolves
+    against the folder the SuperLink was started in), ``round-timeout``, ``connect-timeout``, ``node-tables``
+    (the nodes read their own tables: ``fedhet.flower.site_tables``). With ``log_to_flower`` (the default
+    when ``cfg`` is None: a ``flwr run``) each round's line, the end of the run and fedhet's warnings go to
+    Flower's log (``flwr run --stream``, ``flwr log``; ``fedhet.flower.server_log``).
     """
     app = ServerApp()
+    to_flower = cfg is None if log_to_flower is None else log_to_flower
 
     @app.main()
     def main(grid: Grid, context: Context) -> None:
+        if not to_flower:
+            _main(grid, context)
+            return
+        with fedhet_log_to_flower():
+            try:
+                _main(grid, context)
+            except BaseException as exc:
+                out = run_dir if run_dir is not None else dict(context.run_config).get("run-dir")
+                log_failure(exc, Path(str(out)) if out is not None else None)
+                raise
+
+    def _main(grid: Grid, context: Context) -> None:
         from fedhet.experiment import needs_reference, reference_reason, standalone_accuracies
 
         run_config = dict(context.run_config)
@@ -311,6 +353,11 @@ def make_server_app(
                 config, notify=log.warning, reason=reference_reason(config, chosen)
             )
         out = run_dir if run_dir is not None else run_config.get("run-dir")
+        if run_dir is None and out is not None:  # flwr run's run-dir: relative to the SuperLink's folder
+            out = Path(str(out)).expanduser().resolve()
+        listeners = run_listeners(config)
+        if to_flower:
+            listeners.append(FlowerLogListener(config.train.rounds, lambda cid: server.client(cid)))
         server = FlowerServer(
             config,
             chosen,
@@ -318,7 +365,7 @@ def make_server_app(
             run_dir=out,
             progress=progress,
             reference_contributions=reference,
-            listeners=run_listeners(config),
+            listeners=listeners,
             overwrite=overwrite or bool(run_config.get("overwrite", False)),
             round_timeout=float(run_config.get("round-timeout", ROUND_TIMEOUT)),
             connect_timeout=float(run_config.get("connect-timeout", CONNECT_TIMEOUT)),
