@@ -176,7 +176,8 @@ def test_parameters_come_from_their_block_and_bad_ones_are_refused_with_the_fix_
 
 
 def test_a_bad_parameter_stops_the_run_before_any_training(tmp_path):
-    cfg = digits_config(clients=4, faults__clients={"0": "min-sum"})
+    """Checked at the run's start, also in the block of an attack no client runs this time."""
+    cfg = digits_config(clients=4, faults__clients={"0": "alie"})
     cfg.faults.params = {"min-sum": {"bound": "median"}}
     with pytest.raises(ConfigError, match="bound = 'median'"):
         make_simulation(cfg, run_dir=tmp_path / "run").run()
@@ -241,3 +242,27 @@ def test_the_attacks_built_to_beat_robust_rules_act_on_flower_as_in_the_embedded
         assert norms["3"] > 1e20  # inf acted (and the norm guard rejected it)
         # mimic sent a copy of one honest update (float32 rounding of w_sent + Δ aside)
         assert any(norms["2"] == pytest.approx(norms[h], rel=1e-6) for h in ("4", "5"))
+
+
+def test_an_installed_packages_attack_is_found_through_the_entry_point_group(tmp_path, monkeypatch):
+    """A real distribution on sys.path (a dist-info folder with entry_points.txt) advertising an attack in the
+    'fedhet.attacks' group: the config accepts its name and the registry loads its class by it."""
+    (tmp_path / "shift_attack_pkg.py").write_text(
+        "from fedhet.attacks.base import Attack\n\n"
+        "class Shift(Attack):\n"
+        "    name = 'ep-shift'\n"
+        "    kind = 'reply'\n"
+        "    parameters = {'shift': 1.0}\n\n"
+        "    def tensor(self, trained, base, generator):\n"
+        "        return base + self.shift\n"
+    )
+    info = tmp_path / "shift_attack_pkg-0.1.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: shift-attack-pkg\nVersion: 0.1\n")
+    (info / "entry_points.txt").write_text("[fedhet.attacks]\nep-shift = shift_attack_pkg:Shift\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    assert "ep-shift" in attack_names()
+    cfg = from_dict({"faults": {"clients": {"0": "ep-shift"}, "params": {"ep-shift": {"shift": 0.5}}}})
+    attack = fault_for(cfg, 0, 1).attack
+    assert type(attack).__name__ == "Shift" and attack.shift == 0.5
+    assert attack.tensor(torch.zeros(2), torch.ones(2), None).tolist() == [1.5, 1.5]

@@ -165,10 +165,11 @@ def build_attack(name: str, faults: Any) -> Any:
 
 
 def check_attacks(faults: Any) -> None:
-    """Build every attack the run names, once, before any training: an unknown name, parameter or value is a
-    ConfigError now rather than a failed client later (the run's start calls this)."""
+    """Build every attack the run names (in ``faults.clients`` or ``faults.params``), once, before any data or
+    training: an unknown name, parameter or value is a ConfigError now rather than a failed client later
+    (the run's start calls this)."""
     for key in sorted(getattr(faults, "params", {}) or {}):
         if not is_attack(key):
             raise unknown_attack(f"faults.params.{key}: {key!r}")
-    for name in sorted(set(faults.clients.values())):
-        build_attack(name, faults)
+    for name in sorted(set(faults.clients.values()) | set(getattr(faults, "params", {}) or {})):
+        build_attack(name, faults)  # a block of an attack no client runs is checked too: likely a mistake
