@@ -57,7 +57,7 @@ def summary_lines(summary: Mapping[str, Any], client: Callable[[int], str]) -> l
             ]
             out.append(f"{label}: " + ", ".join(cells))
     if summary.get("run_dir"):
-        out.append(f"run folder: {Path(str(summary['run_dir'])).resolve()}")
+        out.append(f"run folder: {summary['run_dir']}")
     return out
 
 
@@ -74,7 +74,7 @@ class FlowerLogListener(RoundListener):
 
     def start(self, run_dir: Path | None) -> None:
         if run_dir is not None:
-            flower_log(logging.INFO, "fedhet: writing the run folder %s", Path(run_dir).resolve())
+            flower_log(logging.INFO, "fedhet: writing the run folder %s", run_dir)
 
     def round_done(self, rnd: int, line: Mapping[str, Any]) -> None:
         level = logging.WARNING if line.get("failed") or line.get("rejected") else logging.INFO
