@@ -39,6 +39,7 @@ from fedhet.code_version import commit, results_stamp
 from fedhet.config import ExperimentConfig, to_toml
 from fedhet.contributions.tracker import RoundEstimates
 from fedhet.engine import checkpoint as ckpt
+from fedhet.engine.alignment import update_alignment
 from fedhet.engine.boundary import accept_descriptions, accept_replies, check_inputs, check_transport
 from fedhet.engine.convergence import still_learning
 from fedhet.engine.evaluation import accuracies_of_states, evaluate_round
@@ -326,6 +327,8 @@ class RoundLoop:
             )
         for cid, reason in sorted(failures.items()):
             log.warning("%s, round %d: %s failed: %s", self.who, rnd, self.client(cid), reason)
+        # cos(Δ_i, Σ of the other kept updates): recorded for the audit's free-rider finding, read by nothing
+        alignment = update_alignment(replies, outgoing, uploads)
         self._count_unusable_rounds(rnd, replies, {**failures, **rejected})
         # The strategy's state before this round, to undo an aggregate that turns the global model
         # non-finite (finite updates can still overflow); one copy of the server's state per round.
@@ -356,6 +359,8 @@ class RoundLoop:
             line["update_norms"] = {str(c): v for c, v in norms.items()}
         if cosines:
             line["update_cosines"] = {str(c): v for c, v in cosines.items()}
+        if alignment:
+            line["update_alignment"] = {str(c): v for c, v in alignment.items()}
         if losses:
             line["train_loss"] = float(np.average([v for v, _ in losses], weights=[n for _, n in losses]))
         if self.estimates:  # the values of the replies aggregated (none in a round undone)

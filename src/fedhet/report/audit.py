@@ -7,15 +7,18 @@ for :func:`ground_truth`, which validates the flags (``fedhet study audit-valida
 
 The flags, each with the numbers behind it (thresholds in :class:`AuditSettings`):
 
-- **free-rider suspect**: a final weight below ``low_weight`` × 1/N (0.75: a quarter under an equal
-  share) from a client whose updates carried no information: CELM's evidence barely moved over the warm-up
-  (relative change below ``flat_change`` × the clients' median); never a client rejected or failed in the
-  round its final weight comes from (its 0 is the server's doing: the rejected / failed flags name it);
-- **low marginal value**: a final weight below ``low_weight`` × 1/N with updates that did carry
-  information (for a method without class-wise evidence: a weight that low in at least ``persistent`` of
-  the rounds), with CELM's evidence on few classes named where it is (class shares ≥ 1/(2N) on fewer than
-  half the classes): the method values the client's data little (redundant with the others', or little of
-  it); an honest client's finding, not an accusation;
+- **free-rider suspect**: a client whose kept updates carried no information, whatever its weight
+  (fedhet.report.informativeness): over at least ``min_rounds`` kept rounds, the 90th percentile of
+  |cos(Δ_i, Σ_{j≠i} Δ_j)| (``update_alignment``, recorded per round) below ``no_alignment`` (noise of any size
+  or no update: the model it was sent plus noise, or unchanged), or an update norm repeated within
+  ``repeat_tolerance`` (relative) in at least half of its consecutive kept rounds (one update re-sent);
+  never a client rejected or failed in the round its final weight comes from (its 0 is the server's doing:
+  the rejected / failed flags name it);
+- **low marginal value**: any other final weight below ``low_weight`` × 1/N (0.75: a quarter under an equal
+  share; for a method without class-wise evidence: a weight that low in at least ``persistent`` of the
+  rounds), with CELM's evidence on few classes named where it is (class shares ≥ 1/(2N) on fewer than half
+  the classes): the method values the client's data little (redundant with the others', or little of it);
+  an honest client's finding, not an accusation;
 - **maverick**: the client holds at least ``dominant_share`` of a class's samples as the clients described
   them in round 0 ("sole" from ``sole_share``); for a run recorded without the descriptions, of CELM's
   de-biased evidence of the class;
@@ -59,6 +62,7 @@ from fedhet.engine.rundir import (
 from fedhet.errors import ConfigError
 from fedhet.report import figures as F
 from fedhet.report.artifacts import celm_evidence, float_array
+from fedhet.report.informativeness import sends_no_information
 from fedhet.report.markdown import find_runs
 
 FLAGS = (
@@ -72,7 +76,9 @@ class AuditSettings:
     """The flags' thresholds (module docstring); chosen once, validated in docs/audit.md, not per run."""
 
     low_weight: float = 0.75
-    flat_change: float = 0.25
+    no_alignment: float = 0.025
+    repeat_tolerance: float = 1e-5
+    min_rounds: int = 3
     persistent: float = 0.8
     dominant_share: float = 0.5
     sole_share: float = 0.9
@@ -191,27 +197,21 @@ def load_audit(run_dir: Path, settings: AuditSettings | None = None) -> Audit:
 # --------------------------------------------------------------------------------------------------------
 # The flags
 # --------------------------------------------------------------------------------------------------------
-def evidence_change(evidence: Sequence[dict[str, Any]]) -> np.ndarray | None:
-    """Per client, ‖q̃_i(last) − q̃_i(first)‖ / ‖q̃_i(first)‖ over the recorded warm-up rounds (None for
-    fewer than two rounds): how much its model's class evidence moved while it trained."""
-    if len(evidence) < 2:
-        return None
-    first, last = (np.nan_to_num(float_array(e["raw"])) for e in (evidence[0], evidence[-1]))
-    scale = np.linalg.norm(first, axis=1)
-    return np.linalg.norm(last - first, axis=1) / np.where(scale > 0, scale, 1.0)
-
-
 def flag_clients(audit: Audit, lines: Sequence[dict[str, Any]], s: AuditSettings) -> list[Flag]:
     """Every flag of the module docstring, in client order within each kind."""
     n = audit.num_clients
     uniform = 1.0 / n
     flags: list[Flag] = []
     w = audit.weights
+    # A client refused or lost in the round its weight comes from holds 0 because the server did not use it:
+    # the rejected / failed flags below say so; calling it a free rider would claim it sent nothing.
+    unused = set(lost_clients(last_aggregated_line(lines)))
+    silent = sends_no_information(lines, s.no_alignment, s.repeat_tolerance, s.min_rounds)
+    silent = {cid: text for cid, text in silent.items() if cid not in unused}
+    flags += [Flag(cid, "free-rider suspect", text) for cid, text in sorted(silent.items()) if cid < n]
     if audit.weight_source == "contribution":
-        # A client refused or lost in the round its weight comes from holds 0 because the server did not use
-        # it: the rejected / failed flags below say so; calling it a free rider would claim it sent nothing.
-        unused = set(lost_clients(last_aggregated_line(lines)))
-        flags += [f for f in _low_weight_flags(audit, s, uniform) if f.client not in unused]
+        low = _low_weight_flags(audit, s, uniform)
+        flags += [f for f in low if f.client not in unused and f.client not in silent]
     # who holds a class: the samples each client described in round 0 (what it holds, as the server was
     # told), else CELM's de-biased evidence (runs recorded before summaries kept the descriptions)
     shares, what = audit.class_shares, "evidence"
@@ -299,25 +299,17 @@ def _starved_class_flags(audit: Audit, s: AuditSettings, uniform: float) -> list
 
 
 def _low_weight_flags(audit: Audit, s: AuditSettings, uniform: float) -> list[Flag]:
-    """Clients whose final weight is under ``low_weight`` × 1/N, each flagged once: a **free-rider suspect**
-    where its updates carried no information (CELM's evidence barely moved over the warm-up: the client's
-    model learnt nothing the probes can see), else **low marginal value** (the method values its data little:
-    redundant with the others', or little of it), with the reasons found. A client with redundant data is an
-    honest one; only the first is an accusation."""
+    """**low marginal value**: clients whose final weight is under ``low_weight`` × 1/N (the method values
+    their data little: redundant with the others', or little of it), with the reasons found; for a method
+    without class evidence, only a weight that low in ``persistent`` of the rounds. An honest client's
+    finding, not an accusation (a client whose updates carried no information is a free-rider suspect
+    instead: :func:`sends_no_information`)."""
     w, shares = audit.weights, audit.class_shares
-    change = evidence_change(audit.evidence_rounds)
-    median = float(np.median(change)) if change is not None else 0.0
     flags = []
     for i in range(audit.num_clients):
         if not (w[i] < s.low_weight * uniform):
             continue
         weight = f"weight {w[i]:.3f} = {w[i] / uniform:.2f} × 1/N"
-        if change is not None and median > 0 and change[i] < s.flat_change * median:
-            evidence = (
-                f"evidence moved {change[i]:.3f} over the warm-up against the clients' median {median:.3f}"
-            )
-            flags.append(Flag(i, "free-rider suspect", f"{weight}; {evidence}"))
-            continue
         reasons, lasting = [], True
         if shares is not None:
             covered = int(np.sum(shares[i] >= 0.5 * uniform))
@@ -341,16 +333,16 @@ def _round_list(rounds: list[int], shown: int = 6) -> str:
 # Ground truth (validation only: what the split and the injected faults know)
 # --------------------------------------------------------------------------------------------------------
 def ground_truth(run_dir: Path, s: AuditSettings | None = None) -> dict[str, list[int]]:
-    """The clients each flag should name, from the simulation's own records: the split's free rider, the
-    holders of ≥ ``dominant_share`` of a class's samples (partition.json), the injected faults ([faults])."""
+    """The clients each flag should name, from the simulation's own records: the holders of
+    ≥ ``dominant_share`` of a class's samples (partition.json), the injected faults ([faults]). A
+    free-rider suspect is a client that sends no information (the ``free-rider``, ``stale`` and ``replay``
+    faults); the ``free-rider`` split's client trains on its few samples and sends that update, so it is no
+    free-rider truth here: its finding, if any, is low marginal value, judged against exact Shapley."""
     s = s or AuditSettings()
     # "low marginal value" has no truth here: it needs every coalition's value (fedhet shapley; the
     # contribution-estimators study judges it against exact Shapley)
     truth: dict[str, list[int]] = {kind: [] for kind in FLAGS if kind != "low marginal value"}
     part = json.loads((run_dir / PARTITION_FILE).read_text())
-    info = part.get("info", {})
-    if info.get("free_rider") is not None:
-        truth["free-rider suspect"] = [int(info["free_rider"])]
     counts = np.asarray(part["counts"], dtype=np.float64)
     totals = counts.sum(axis=0)
     dominant = (counts >= s.dominant_share * np.where(totals > 0, totals, np.inf)).any(axis=1)
@@ -380,15 +372,33 @@ def ground_truth(run_dir: Path, s: AuditSettings | None = None) -> dict[str, lis
             truth["rejected updates"].append(int(cid))
         elif behaviour in clipped:
             truth["clipped updates"].append(int(cid))
-        kind = {
-            "stale": "stale uploads",
-            "crash": "failed rounds",
-            "drop": "failed rounds",
-            "free-rider": "free-rider suspect",  # the disguised free rider: the model it was sent, plus noise
-        }.get(behaviour)
-        if kind:
+        kinds = {
+            "stale": ("stale uploads", "free-rider suspect"),  # sends back the model it was sent
+            "crash": ("failed rounds",),
+            "drop": ("failed rounds",),
+            "free-rider": ("free-rider suspect",),  # the disguised free rider: the model it was sent + noise
+            "replay": ("free-rider suspect",),  # its first update, every round
+        }.get(behaviour, ())
+        for kind in kinds:
             truth[kind].append(int(cid))
+    # a free rider the guards refused in every round (noise far longer than the honest updates) never reached
+    # the aggregate: what the audit should name is its rejected updates, not a free rider it never saw train
+    refused_always = _refused_every_round(read_metrics(run_dir, missing_ok=True))
+    for cid in [c for c in truth["free-rider suspect"] if c in refused_always]:
+        truth["free-rider suspect"].remove(cid)
+        if cid not in truth["rejected updates"]:
+            truth["rejected updates"].append(cid)
     return truth
+
+
+def _refused_every_round(lines: Sequence[dict[str, Any]]) -> set[int]:
+    """The clients rejected in every round they replied in (and in at least one)."""
+    rejected: set[int] = set()
+    kept: set[int] = set()
+    for ln in lines:
+        rejected |= {int(c) for c in ln.get("rejected") or {}}
+        kept |= {int(c) for c in ln.get("clients") or []}
+    return rejected - kept
 
 
 def tally_flag(

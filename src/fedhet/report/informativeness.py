@@ -1,0 +1,85 @@
+"""Whether a client's updates carried information, from what the server recorded (``metrics.jsonl``).
+
+The audit's free-rider finding (fedhet.report.audit, docs/audit.md). A free rider sends no real update: the
+model it was sent plus noise (Lin et al., arXiv:1911.12560, 2019; Fraboni et al., AISTATS 2021), the model
+unchanged (``stale``), or one update re-sent every round (``replay``). Noise of any size, and nothing, are
+orthogonal to the other updates of the round (``update_alignment``: fedhet.engine.alignment), while an honest
+update shares some of their direction; a re-sent update repeats its norm round after round, which an honest
+client's training never does to 5 digits. Only rounds in which the client's update was kept count.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+#: Which quantile of a client's |cos| over its kept rounds the finding reads: the 90th separated the honest
+#: clients from the noise of the study's quiet free riders best (measured in docs/audit.md).
+ALIGNMENT_QUANTILE = 0.9
+
+
+def informativeness(
+    lines: Sequence[dict[str, Any]], repeat_tolerance: float = 1e-5
+) -> dict[int, dict[str, Any]]:
+    """Per client, what its kept updates (the rounds whose ``clients`` name it) say about whether they carry
+    information: ``rounds`` with an alignment recorded and ``alignment``, the 90th percentile over them of
+    |cos(Δ_i, Σ_{j≠i} Δ_j)| (``update_alignment``: noise or nothing points nowhere in every round, an
+    honest update shares some of the others' direction, or its opposite, in some rounds at least);
+    ``pairs`` of consecutive kept rounds with a norm recorded and ``repeated``, how many of them have norms
+    within ``repeat_tolerance`` of each other (relative: one update re-sent). Runs recorded before
+    ``update_alignment`` existed have ``rounds`` 0."""
+    out: dict[int, dict[str, Any]] = {}
+    last_norm: dict[int, float] = {}
+    for ln in lines:
+        kept = {int(c) for c in ln.get("clients") or []}
+        for c, v in (ln.get("update_alignment") or {}).items():
+            if int(c) in kept:
+                out.setdefault(int(c), _no_rounds())["cosines"].append(abs(float(v)))
+        for c, v in (ln.get("update_norms") or {}).items():
+            cid, norm = int(c), float(v)
+            if cid not in kept:
+                continue
+            info = out.setdefault(cid, _no_rounds())
+            if cid in last_norm:
+                info["pairs"] += 1
+                top = max(norm, last_norm[cid])
+                info["repeated"] += int(top > 0 and abs(norm - last_norm[cid]) <= repeat_tolerance * top)
+            last_norm[cid] = norm
+    for info in out.values():
+        cosines = info.pop("cosines")
+        info["rounds"] = len(cosines)
+        info["alignment"] = float(np.quantile(cosines, ALIGNMENT_QUANTILE)) if cosines else math.nan
+    return out
+
+
+def _no_rounds() -> dict[str, Any]:
+    return {"cosines": [], "pairs": 0, "repeated": 0}
+
+
+def sends_no_information(
+    lines: Sequence[dict[str, Any]],
+    no_alignment: float = 0.025,
+    repeat_tolerance: float = 1e-5,
+    min_rounds: int = 3,
+) -> dict[int, str]:
+    """The clients whose kept updates carried no information (:func:`informativeness`), with the evidence:
+    over at least ``min_rounds`` rounds, a 90th percentile of |alignment| below ``no_alignment`` (noise of
+    any size, or no update at all), or a norm repeated round after round in at least half of the consecutive
+    pairs (the same update re-sent)."""
+    found = {}
+    for cid, info in sorted(informativeness(lines, repeat_tolerance).items()):
+        if info["rounds"] >= min_rounds and info["alignment"] < no_alignment:
+            found[cid] = (
+                f"its updates point nowhere: the 90th percentile of |cos| with the round's other updates is "
+                f"{info['alignment']:.4f} over {info['rounds']} kept rounds (< {no_alignment:g}; an honest "
+                "update shares the others' direction)"
+            )
+        elif info["pairs"] >= min_rounds and info["repeated"] >= info["pairs"] / 2:
+            found[cid] = (
+                f"it re-sends one update: its norm repeated (relative change ≤ {repeat_tolerance:g}) in "
+                f"{info['repeated']} of {info['pairs']} consecutive kept rounds"
+            )
+    return found
