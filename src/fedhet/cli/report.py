@@ -27,13 +27,16 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "audit",
         help="who contributed what: per-client weights, ranks, evidence, and flags (free-rider suspect, "
-        "maverick, rejected updates, failed rounds, stale uploads) with the evidence behind each",
+        "low marginal value, maverick, rejected updates, failed rounds, stale uploads, ...) with the "
+        "evidence behind each",
         description="Audit run directories of methods that estimate contributions or rewards (CELM, CGSV, "
-        "ShapFed, CFFL, IAFL, FedRAC, FedSAC). Flags: free-rider suspect = final weight < 0.75/N and "
-        "(CELM) evidence on fewer than half the classes or evidence that barely moved over the warm-up, "
-        "(others) a weight < 0.75/N in >= 80%% of the rounds; maverick = >= 50%% of a class's de-biased "
-        "evidence (CELM); rejected updates / failed rounds as recorded; stale uploads = an update norm "
-        "below 0.01 x the round's median. See docs/audit.md for their measured precision and recall.",
+        "ShapFed, CFFL, IAFL, FedRAC, FedSAC). Flags: free-rider suspect = updates that carry no "
+        "information, whatever the weight (the 90th percentile over the kept rounds of |cos| with the "
+        "round's other updates < 0.025, or a norm repeated round after round); low marginal value = any "
+        "other final weight < 0.75/N (for methods without class evidence: in >= 80% of the rounds); "
+        "maverick = >= 50% of a class's samples as described in round 0; rejected updates / clipped "
+        "updates / failed rounds as recorded; stale uploads = an update norm below 0.01 x the round's "
+        "median; starved class. See docs/audit.md for their measured precision and recall.",
     )
     p.add_argument("run_dirs", nargs="+", help="run or compare directories")
     p.add_argument("--out", help="report file (default audit.md; figures in AUDIT_figures/)")
