@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import time
 from pathlib import Path
@@ -33,7 +34,7 @@ from fedhet.flower.records import (  # noqa: E402
     store_state,
 )
 from fedhet.flower.server import FlowerTransport, run_flower_simulation  # noqa: E402
-from flower_cluster import flower_cluster  # noqa: E402
+from flower_cluster import BIN, flower_cluster  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -316,6 +317,26 @@ def test_a_node_killed_after_round_one_is_reported_and_the_run_completes(tmp_pat
         runner.join(timeout=400)
         assert not runner.is_alive()
         assert isinstance(result.get("done"), subprocess.CompletedProcess)
+        # what the ServerApp logged reaches Flower's log: the stream of flwr run, and flwr log afterwards
+        streamed = result["done"].stdout
+        run_id = re.search(r"Successfully started run (\d+)", streamed).group(1)
+        logged = subprocess.run(
+            [str(BIN / "flwr"), "log", run_id, "test"],
+            env=cluster.env, cwd=cluster.root, capture_output=True, text=True, timeout=60,
+        ).stdout  # fmt: skip
+        for text in (streamed, logged):
+            assert "fedhet: round 1/3: accuracy " in text, text[-3000:]
+            assert re.search(r"fedhet: round 2/3: .*failed: client 2 \(node \d+\)", text), text[-3000:]
+            assert f"fedhet: run folder: {run_dir}" in text and "fedhet: contributions: client 0" in text
+        # a failed server run (its run folder is finished, not to be overwritten) says so in the stream
+        again = cluster.flwr_run(
+            app_copy(tmp_path / "again"),
+            {"config": str(tmp_path / "fedhet.toml"), "run-dir": str(run_dir), "connect-timeout": 30.0},
+            timeout=200,
+        )
+        assert f"fedhet: the run failed: RunDirectoryError: run directory {run_dir}" in again.stdout, (
+            again.stdout[-3000:]
+        )
     metrics = lines(run_dir)
     assert [m["round"] for m in metrics] == [1, 2, 3]
     assert metrics[0]["clients"] == [0, 1, 2] and "failed" not in metrics[0]

@@ -259,7 +259,7 @@ def test_a_description_without_the_node_record_refuses_the_node_by_name(tmp_path
 # -- what the ServerApp tells Flower's log ------------------------------------------------------------------
 def test_the_round_line_names_accuracy_and_refused_clients_with_their_node():
     line = {"round": 2, "clients": [0, 1], "accuracy": 0.8125, "failed": {"2": "node 103: no weights\nmore"}}
-    text = round_text(2, 3, line, lambda cid: f"{cid} (node {101 + cid})")
+    text = round_text(2, 3, line, lambda cid: f"client {cid} (node {101 + cid})")
     assert text == (
         "round 2/3: accuracy 81.25 %, 2 updates used (clients 0, 1); failed: client 2 (node 103): "
         "node 103: no weights"
@@ -292,6 +292,7 @@ def test_a_flwr_run_server_app_logs_rounds_the_end_and_its_absolute_run_folder_t
     flower = [r.getMessage() for r in caplog.records if r.name == "flwr"]
     assert any(m.startswith("fedhet: round 1/2: accuracy ") for m in flower), flower
     assert any(m.startswith("fedhet: round 2/2: accuracy ") for m in flower), flower
+    assert any(m.startswith("fedhet: fedavg: 2 rounds done; final accuracy ") for m in flower), flower
     assert f"fedhet: run folder: {tmp_path / 'runs' / 'rel'}" in flower
     assert (tmp_path / "runs" / "rel" / "summary.json").is_file()
     # a failing run says so in Flower's log, with the folder, and still raises (Flower marks it failed)

@@ -31,7 +31,7 @@ def _percent(key: str, value: float) -> str:
 
 def round_text(rnd: int, rounds: int, line: Mapping[str, Any], client: Callable[[int], str]) -> str:
     """One round as the log shows it: ``round 2/3: accuracy 81.25 %, ..., clients 0, 1; failed: client 2
-    (node 77): <reason>`` (``client`` names a client: its number, site and node)."""
+    (node 77): <reason>`` (``client`` names a client: ``client 2 (node 77)``)."""
     parts = [f"{k.replace('_', ' ')} {_percent(k, float(line[k]))}" for k in ROUND_METRICS if k in line]
     used = line.get("clients", [])
     parts.append(f"{len(used)} updates used (clients {', '.join(map(str, used)) or 'none'})")
@@ -39,7 +39,7 @@ def round_text(rnd: int, rounds: int, line: Mapping[str, Any], client: Callable[
     for what in ("rejected", "failed"):
         for cid, reason in sorted(line.get(what, {}).items(), key=lambda kv: int(kv[0])):
             first = str(reason).splitlines()[0] if str(reason) else ""
-            text += f"; {what}: client {client(int(cid))}: {first}"
+            text += f"; {what}: {client(int(cid))}: {first}"
     return text
 
 
@@ -52,7 +52,7 @@ def summary_lines(summary: Mapping[str, Any], client: Callable[[int], str]) -> l
         values = summary.get(key)
         if values is not None:
             cells = [
-                f"client {client(i)} {_percent('accuracy' if key == 'rewards' else key, float(v))}"
+                f"{client(i)} {_percent('accuracy' if key == 'rewards' else key, float(v))}"
                 for i, v in enumerate(values)
             ]
             out.append(f"{label}: " + ", ".join(cells))
