@@ -2,9 +2,12 @@
 
 The run of examples/flower-app/wine.toml (FedAvg, tabular-mlp, three Dirichlet sites) with ``--rounds``
 rounds, on each engine in this process, one torch thread (the nodes use one each): the wall time of each
-run, their ratio, and where the Flower run's time goes in this process (cProfile of the server side: Ray's
-start-up, the exchange, the round loop; the nodes' own work runs in Ray's workers, reported by the run's
-timings.jsonl). Both runs give the same metrics.jsonl (tests/test_flower.py), so the ratio is Flower's cost.
+run, their ratio, and a minimal Flower app's run on the same simulation engine, nodes and rounds (a
+ServerApp that sends each node the model's weights and a ClientApp that sends them straight back: Flower's
+own floor per round, which no app on it can go below); then where the Flower run's time goes in this
+process (cProfile of the server side: Ray's start-up, the exchange, the round loop; the nodes' own work runs
+in Ray's workers, reported by the run's timings.jsonl). Both fedhet runs give the same metrics.jsonl
+(tests/test_flower.py): fedhet on Flower / the minimal app is what fedhet adds to Flower's own cost.
 
     python benchmarks/flower_table.py [--rounds 20] [--top 12] [--json]
 """
@@ -24,6 +27,40 @@ from pathlib import Path
 from common import emit
 
 ROOT = Path(__file__).resolve().parents[1]
+
+
+def minimal_flower_run(weights: dict, nodes: int, rounds: int) -> float:
+    """Wall time of ``rounds`` rounds of a ServerApp that sends ``weights`` to every one of ``nodes`` nodes
+    and waits for their replies, the ClientApp returning what it got (same Ray backend as fedhet's run)."""
+    import os
+
+    from flwr.app import ArrayRecord, Message, RecordDict
+    from flwr.clientapp import ClientApp
+    from flwr.serverapp import ServerApp
+    from flwr.simulation import run_simulation
+
+    server, client = ServerApp(), ClientApp()
+
+    @client.train()
+    def echo(msg, context):  # noqa: ARG001 - Flower's signature
+        return Message(content=msg.content, reply_to=msg)
+
+    @server.main()
+    def loop(grid, context):  # noqa: ARG001 - Flower's signature
+        content = RecordDict({"weights": ArrayRecord(weights)})  # a torch state_dict
+        ids = list(grid.get_node_ids())
+        for _ in range(rounds):
+            sent = [Message(content=content, dst_node_id=i, message_type="train") for i in ids]
+            replies = list(grid.send_and_receive(sent))
+            assert len(replies) == len(ids)
+
+    backend = {
+        "client_resources": {"num_cpus": 1, "num_gpus": 0.0},
+        "init_args": {"include_dashboard": False, "num_cpus": os.cpu_count() or 1},
+    }
+    started = time.perf_counter()
+    run_simulation(server, client, num_supernodes=nodes, backend_config=backend)
+    return time.perf_counter() - started
 
 
 def main() -> int:
@@ -59,6 +96,12 @@ def main() -> int:
             Path(tmp) / "embedded" / "metrics.jsonl"
         ).read_bytes()
         timings = [json.loads(s) for s in (Path(tmp) / "flower" / "timings.jsonl").read_text().splitlines()]
+        from fedhet.data.datasets import load_dataset
+        from fedhet.models import build_model
+
+        data = load_dataset("wine")
+        model = build_model(cfg.model.name, data.input_shape, data.num_classes, **cfg.model.params)
+        minimal_s = minimal_flower_run(model.state_dict(), cfg.data.clients, args.rounds)
     rounds_s = sum(t["train_s"] + t.get("eval_s", 0.0) for t in timings)
     work_s = sum(t["flower_node_work_sum_s"] for t in timings)
     print(f"wine, 3 sites, {args.rounds} rounds, FedAvg, tabular-mlp, one torch thread per process")
@@ -68,13 +111,20 @@ def main() -> int:
         f"{work_s:.2f} s)"
     )
     print(f"ratio Flower / embedded: {flower_s / embedded_s:.1f}x; metrics.jsonl identical: {same}")
+    print(
+        f"minimal Flower app (echo ClientApp, same nodes, rounds and weights): {minimal_s:.2f} s; "
+        f"fedhet on Flower / minimal Flower app: {flower_s / minimal_s:.2f}x"
+    )
     text = io.StringIO()
     pstats.Stats(profile, stream=text).sort_stats("cumulative").print_stats(args.top)
     print(text.getvalue())
     if args.json:
         emit(
             "flower_table",
-            {"flower_over_embedded": flower_s / embedded_s},
+            {
+                "flower_over_embedded": flower_s / embedded_s,
+                "flower_over_minimal_flower": flower_s / minimal_s,
+            },
             {},
             settings=f"wine, 3 sites, {args.rounds} rounds, FedAvg, one torch thread",
             rows=[
@@ -82,6 +132,7 @@ def main() -> int:
                     "embedded_s": embedded_s,
                     "flower_s": flower_s,
                     "flower_rounds_s": rounds_s,
+                    "minimal_flower_s": minimal_s,
                     "identical": same,
                 }
             ],
