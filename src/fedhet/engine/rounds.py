@@ -512,16 +512,15 @@ class RoundLoop:
         """The summary, written with the records (listeners then make figures of them). A run stopped by
         ``diverged`` ends the same way, marked ``diverged``: what it ends with is a result (a method that
         diverges, deterministically under its seed), so a comparison reports it and reuses it rather than
-        rerunning it. Its final view is the global model evaluated at the stop, the model the run would end
-        with had it gone on (no update of the last rounds could be used); metrics.jsonl keeps only the rounds
-        that completed."""
+        rerunning it. Its final view is the global model evaluated at the stop (no update of the last rounds
+        could be used); metrics.jsonl keeps only the rounds that completed."""
         if diverged is not None:
             self.history.append({"round": diverged.round, **self.evaluate(diverged.round)})
         summary = self.summary(time.perf_counter() - t0)
-        if diverged is None and (note := still_learning(self.history)):
-            log.warning("%s: %s", self.who, note)
         if diverged is not None:
             summary["diverged"] = {"round": diverged.round, "reason": str(diverged)}
+        elif note := still_learning(self.history):  # a warning only: it changes nothing recorded
+            log.warning("%s: %s", self.who, note)
         if self.run_dir is not None:
             if self.fairness_reference is not None:
                 write_atomic(self.run_dir / "standalone.json", json.dumps(list(map(float, self.reference))))
