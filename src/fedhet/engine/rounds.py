@@ -525,9 +525,8 @@ class RoundLoop:
             if self.fairness_reference is not None:
                 write_atomic(self.run_dir / "standalone.json", json.dumps(list(map(float, self.reference))))
             write_atomic(self.run_dir / RECORDS_FILE, json.dumps(jsonable(self.strategy.run_records())))
-            # A run counts as finished once its summary exists (compare's reuse, run_dir_state); the
-            # figures and CSVs are derived from it and the records (the listeners' work; the report
-            # command rebuilds them).
+            # A run counts as finished once its summary exists (compare's reuse, run_dir_state); figures
+            # and CSVs are derived from it and the records (the listeners; `fedhet report` rebuilds them).
             write_atomic(self.run_dir / SUMMARY_FILE, json.dumps(jsonable(summary), indent=2))
         for listener in self.listeners:
             listener.finished(summary)
