@@ -399,7 +399,10 @@ def write_page(paths: list[Path], options: Mapping[str, Any]) -> str:
             "attribute (age band; sex × age tercile), with `tabular-mlp`; one section per federation. "
             "Mean over seeds (the range of ρ in brackets); "
             "the top / bottom columns count the seeds where the estimator's highest / lowest client is "
-            "Shapley's. Wall s: one run of the method (for the exact values: training every coalition).",
+            "Shapley's. Wall s: one run of the method (for the exact values: training every coalition), as "
+            "the run measured it on the machine its record names and under whatever else ran there: rows "
+            "recorded at different commits (above) may have run under different loads, so compare wall "
+            "times within one commit's records.",
             "",
             "Regenerate every number on this page with:",
             "",
@@ -491,7 +494,7 @@ def information_table(records: Path) -> str:
     if not roles:
         return "no records with the free-rider statistics yet"
     lines = [
-        "| planted as | (run, client) pairs | 90th percentile of \\|cos\\|: min | max | "
+        "| planted as | (run, client) pairs | 90th percentile of abs(cos): min | max | "
         "repeated-norm share: min | max | flagged free-rider suspect |",
         "|---|---|---|---|---|---|---|",
     ]
