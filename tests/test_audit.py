@@ -113,6 +113,7 @@ def test_audit_of_a_real_run_names_the_stale_client_and_writes_its_report(tmp_pa
     args = ["run", "celm/fmnist-maverick", "--rounds", "4", "--out", str(run)]
     for s in ("data.max_train_samples=3000", "data.max_test_samples=500", "faults.clients.3=stale",
               "faults.clients.5=nan",  # its evidence rows are NaN (null in records.json): the heatmap copes
+              "faults.clients.6=free-rider",  # N(0, 1) noise: refused by the update-norm guard every round
               "faults.clients.7=adaptive-scale",  # under the rejecting bound: the clipping guard shortens it
               "method.params.warmup_fraction=0.25", "eval.every=2"):  # fmt: skip
         args += ["--set", s]
@@ -121,9 +122,12 @@ def test_audit_of_a_real_run_names_the_stale_client_and_writes_its_report(tmp_pa
     assert all(ln["update_norms"]["3"] == 0.0 and ln["update_norms"]["0"] > 0 for ln in lines)
     truth = ground_truth(run)
     assert truth["stale uploads"] == [3] and 0 in truth["maverick"]  # the rare class's sole holder
-    assert truth["rejected updates"] == [5] and truth["clipped updates"] == [7]
+    # the stale client sends nothing: a free rider too; the refused free rider is what the server saw of it
+    assert truth["free-rider suspect"] == [3]
+    assert truth["rejected updates"] == [5, 6] and truth["clipped updates"] == [7]
     audit = load_audit(run)
-    assert audit.flagged("stale uploads") == [3] and audit.flagged("rejected updates") == [5]
+    assert audit.flagged("stale uploads") == [3] and audit.flagged("rejected updates") == [5, 6]
+    assert audit.flagged("free-rider suspect") == [3]
     assert 7 in audit.flagged("clipped updates")
     assert audit.class_shares.shape == (10, 10) and audit.num_clients == 10
     out = tmp_path / "report" / "audit.md"

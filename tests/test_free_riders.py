@@ -107,3 +107,12 @@ def test_audit_names_the_quiet_free_rider_of_a_real_run_and_no_honest_client(tmp
     assert not any("rejected" in ln for ln in lines)  # the guards let it through
     audit = load_audit(tmp_path / "run")
     assert audit.flagged("free-rider suspect") == [0]
+
+
+def test_a_client_that_sends_nothing_is_named_for_its_empty_updates():
+    lines = [
+        {"round": r, "clients": [0, 1, 2], "update_alignment": {"0": 0.0, "1": 0.4, "2": 0.4}}
+        for r in (1, 2, 3)
+    ]
+    found = sends_no_information(lines)
+    assert list(found) == [0] and found[0].startswith("its updates are empty (norm 0")

@@ -71,7 +71,12 @@ def sends_no_information(
     pairs (the same update re-sent)."""
     found = {}
     for cid, info in sorted(informativeness(lines, repeat_tolerance).items()):
-        if info["rounds"] >= min_rounds and info["alignment"] < no_alignment:
+        if info["rounds"] >= min_rounds and info["alignment"] == 0.0:
+            found[cid] = (
+                "its updates are empty (norm 0, so |cos| 0) in at least 9 of 10 of its "
+                f"{info['rounds']} kept rounds"
+            )
+        elif info["rounds"] >= min_rounds and info["alignment"] < no_alignment:
             found[cid] = (
                 f"its updates point nowhere: the 90th percentile of |cos| with the round's other updates is "
                 f"{info['alignment']:.4f} over {info['rounds']} kept rounds (< {no_alignment:g}; an honest "
