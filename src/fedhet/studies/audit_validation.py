@@ -5,8 +5,10 @@ simulation knows (docs/audit.md).
 samples; CELM and CGSV), ``maverick`` (celm/fmnist-maverick: N = 10, client 0 alone holds class 0; CELM),
 ``faults`` (robustness/fmnist-n10: N = 10, Dir(0.5), client 0 stale, client 1 crashing, client 2 sending
 NaN; CELM). ``table`` audits every run (``fedhet.report.audit``, which never reads the truth) and compares
-each flag's clients with :func:`fedhet.report.audit.ground_truth` (the split's free rider; every holder of
-≥ 50 % of a class's samples; the injected faults), pooled over the (run, client) pairs of all settings.
+each flag's clients with :func:`fedhet.report.audit.ground_truth` (every holder of ≥ 50 % of a class's
+samples; the injected faults, the stale client being a free rider too), pooled over the (run, client) pairs
+of all settings. The free-rider split's client trains on its 10 samples and sends that update: it is no
+free-rider truth (the audit's free-rider suspect is a client whose updates carry no information).
 """
 
 from __future__ import annotations
