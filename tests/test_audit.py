@@ -78,17 +78,19 @@ def test_flags_on_a_hand_built_run():
 def test_a_silent_client_is_a_free_rider_suspect_and_a_lasting_low_weight_low_marginal_value():
     audit, _ = synthetic_audit()
     audit.class_shares = np.full((4, 4), 0.25)  # every client covers every class
-    # client 0 (weight 0.1): its kept updates are orthogonal to the others' (|cos| ≤ 0.004) in rounds 1-3;
-    # client 3's (weight 0.3) are 0.004 too: free-rider suspects whatever their weights, never low value
+    # client 0 (weight 0.1): its kept updates are orthogonal to the others' (|cos| 0.004 = 0.4 / √10000: as
+    # a random direction) in rounds 1-3; client 3's (weight 0.3) too: free-rider suspects whatever their
+    # weights, never low value
     lines = [
         {"round": r, "clients": [0, 1, 2, 3],
-         "update_alignment": {"0": 0.004 * (-1) ** r, "1": 0.3, "2": -0.2, "3": 0.004}}
+         "update_alignment": {"0": 0.004 * (-1) ** r, "1": 0.3, "2": -0.2, "3": 0.004},
+         "update_alignment_size": 10_000}
         for r in (1, 2, 3)
     ]  # fmt: skip
     flags = flag_clients(audit, lines, AuditSettings())
     assert [(f.client, f.kind) for f in flags] == [(0, "free-rider suspect"), (3, "free-rider suspect")]
-    # one round of |cos| 0.3 in three lifts client 0's 90th percentile to 0.004 + 0.8 × 0.296 = 0.24
-    # (≥ 0.025): its updates carried information, and its low weight is low marginal value
+    # one round of |cos| 0.3 in three lifts client 0's 90th percentile of |cos| × 100 to 0.4 + 0.8 × 29.6 =
+    # 24.1 (≥ 3.3): its updates carried information, and its low weight is low marginal value
     lines[0]["update_alignment"]["0"] = 0.3
     assert [(f.client, f.kind) for f in flag_clients(audit, lines, AuditSettings())] == [
         (3, "free-rider suspect"),

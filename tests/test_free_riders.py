@@ -36,13 +36,14 @@ def test_update_alignment_against_numpy():
         }
         replies[cid] = Reply(weights=weights, num_examples=1)
     outgoing = {cid: Instruction(weights=sent) for cid in replies}
-    got = update_alignment(replies, outgoing)
+    got, size = update_alignment(replies, outgoing)
+    assert size == 7  # a and b: 3 + 4 weights
     stacked = np.stack(deltas)
     for cid, d in enumerate(deltas):
         others = stacked.sum(axis=0) - d
         expected = 0.0 if cid == 2 else d @ others / (np.linalg.norm(d) * np.linalg.norm(others))
         assert got[cid] == pytest.approx(expected, abs=1e-12)
-    assert update_alignment(dict(list(replies.items())[:2]), outgoing) == {}
+    assert update_alignment(dict(list(replies.items())[:2]), outgoing) == ({}, 0)
 
 
 def lines_by_hand() -> list[dict]:
@@ -62,19 +63,28 @@ def lines_by_hand() -> list[dict]:
             "clients": [0, 1, 2],
             "rejected": {"3": "update norm 50 exceeds 10 × the round's median"},
             "update_alignment": a,
+            "update_alignment_size": 10_000,  # |cos| × √d = |cos| × 100
             "update_norms": n,
         }
         for r, (a, n) in enumerate(rows)
     ]
-    lines.append({"round": 5, "clients": [0, 1, 2, 3], "update_alignment": {"3": 0.001}})
+    lines.append(
+        {
+            "round": 5,
+            "clients": [0, 1, 2, 3],
+            "update_alignment": {"3": 0.001},
+            "update_alignment_size": 10_000,
+        }
+    )
     return lines
 
 
 def test_informativeness_on_hand_made_lines():
     info = informativeness(lines_by_hand())
-    # the 90th percentile of four sorted values v1..v4 sits at 0.9 × 3 = 2.7 steps: v3 + 0.7 (v4 − v3)
-    assert info[0]["alignment"] == pytest.approx(0.3 + 0.7 * 0.2) and info[0]["rounds"] == 4
-    assert info[1]["alignment"] == pytest.approx(0.003 + 0.7 * 0.001)
+    # |cos| × √10000; the 90th percentile of four sorted values v1..v4 sits at 0.9 × 3 = 2.7 steps:
+    # v3 + 0.7 (v4 − v3)
+    assert info[0]["alignment"] == pytest.approx(30 + 0.7 * 20) and info[0]["rounds"] == 4
+    assert info[1]["alignment"] == pytest.approx(0.3 + 0.7 * 0.1)
     # client 2's norms: 0.5, 0.5, 0.5, 0.5000000001 (relative change 2e-10): 3 of 3 pairs repeated;
     # client 1's: 0.9 -> 0.91 -> 0.9 -> 0.89 (about 1 %): none; client 3 was kept once: no pair
     assert (info[2]["repeated"], info[2]["pairs"]) == (3, 3)
@@ -82,10 +92,14 @@ def test_informativeness_on_hand_made_lines():
     assert info[3]["rounds"] == 1 and info[3]["pairs"] == 0
     found = sends_no_information(lines_by_hand())
     assert sorted(found) == [1, 2]  # client 3's one kept round is too few to judge (min_rounds = 3)
-    assert "90th percentile of |cos| with the round's other updates is 0.0037 over 4 kept rounds" in found[1]
+    assert "in units of a random direction's (1/√d), is 0.37 over 4 kept rounds" in found[1]
     assert "re-sends one update" in found[2] and "3 of 3" in found[2]
     assert sorted(sends_no_information(lines_by_hand(), min_rounds=1)) == [1, 2, 3]
-    assert sorted(sends_no_information(lines_by_hand(), no_alignment=0.0037)) == [2]  # 0.0037 is not < itself
+    assert sorted(sends_no_information(lines_by_hand(), no_alignment=0.37)) == [2]  # 0.37 is not < itself
+    bare = lines_by_hand()  # without the size the cosines cannot be put in units of chance: unread
+    for line in bare:
+        line.pop("update_alignment_size")
+    assert all(v["rounds"] == 0 for v in informativeness(bare).values())
 
 
 def test_audit_names_the_quiet_free_rider_of_a_real_run_and_no_honest_client(tmp_path):
@@ -111,7 +125,12 @@ def test_audit_names_the_quiet_free_rider_of_a_real_run_and_no_honest_client(tmp
 
 def test_a_client_that_sends_nothing_is_named_for_its_empty_updates():
     lines = [
-        {"round": r, "clients": [0, 1, 2], "update_alignment": {"0": 0.0, "1": 0.4, "2": 0.4}}
+        {
+            "round": r,
+            "clients": [0, 1, 2],
+            "update_alignment": {"0": 0.0, "1": 0.4, "2": 0.4},
+            "update_alignment_size": 100,
+        }
         for r in (1, 2, 3)
     ]
     found = sends_no_information(lines)

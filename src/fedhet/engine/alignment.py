@@ -26,16 +26,19 @@ from fedhet.engine.protocol import Instruction, Reply
 
 def update_alignment(
     replies: Mapping[int, Reply], sent: Mapping[int, Instruction], updates: bool = False
-) -> dict[int, float]:
-    """cos(Δ_i, Σ_{j≠i} Δ_j) of every reply in ``replies`` (the round's kept updates); 0.0 for an update of
-    norm 0 (it points nowhere). Empty with fewer than 3 replies (two updates' cosine is one number for
-    both) or no tensor that every update holds; a client whose others sum to 0 is left out."""
+) -> tuple[dict[int, float], int]:
+    """cos(Δ_i, Σ_{j≠i} Δ_j) of every reply in ``replies`` (the round's kept updates), and the number of
+    weights compared (the size of the tensors every update holds: a random direction's cosine with any
+    fixed one has spread 1/√size). 0.0 for an update of norm 0 (it points nowhere). Empty, size 0, with
+    fewer than 3 replies (two updates' cosine is one number for both) or no tensor that every update holds;
+    a client whose others sum to 0 is left out."""
     if len(replies) < MIN_UPDATES_FOR_MEDIAN:
-        return {}
+        return {}, 0
     ids = sorted(replies)
     keys = set.intersection(*(_delta_keys(replies[c], sent.get(c), updates) for c in ids))
     if not keys:
-        return {}
+        return {}, 0
+    size = sum(replies[ids[0]].weights[k].numel() for k in keys)
     total: dict[str, Tensor] = {}
     squares = {}
     for cid in ids:
@@ -64,7 +67,7 @@ def update_alignment(
             out[cid] = 0.0
         elif others > 0.0:
             out[cid] = (dot - own) / (math.sqrt(own) * math.sqrt(others))
-    return out
+    return out, size
 
 
 def _delta_keys(reply: Reply, ins: Instruction | None, updates: bool) -> set[str]:

@@ -328,7 +328,7 @@ class RoundLoop:
         for cid, reason in sorted(failures.items()):
             log.warning("%s, round %d: %s failed: %s", self.who, rnd, self.client(cid), reason)
         # cos(Δ_i, Σ of the other kept updates): recorded for the audit's free-rider finding, read by nothing
-        alignment = update_alignment(replies, outgoing, uploads)
+        alignment, aligned_size = update_alignment(replies, outgoing, uploads)
         self._count_unusable_rounds(rnd, replies, {**failures, **rejected})
         # The strategy's state before this round, to undo an aggregate that turns the global model
         # non-finite (finite updates can still overflow); one copy of the server's state per round.
@@ -361,6 +361,7 @@ class RoundLoop:
             line["update_cosines"] = {str(c): v for c, v in cosines.items()}
         if alignment:
             line["update_alignment"] = {str(c): v for c, v in alignment.items()}
+            line["update_alignment_size"] = aligned_size
         if losses:
             line["train_loss"] = float(np.average([v for v, _ in losses], weights=[n for _, n in losses]))
         if self.estimates:  # the values of the replies aggregated (none in a round undone)

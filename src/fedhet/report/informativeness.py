@@ -3,9 +3,12 @@
 The audit's free-rider finding (fedhet.report.audit, docs/audit.md). A free rider sends no real update: the
 model it was sent plus noise (Lin et al., arXiv:1911.12560, 2019; Fraboni et al., AISTATS 2021), the model
 unchanged (``stale``), or one update re-sent every round (``replay``). Noise of any size, and nothing, are
-orthogonal to the other updates of the round (``update_alignment``: fedhet.engine.alignment), while an honest
-update shares some of their direction; a re-sent update repeats its norm round after round, which an honest
-client's training never does to 5 digits. Only rounds in which the client's update was kept count.
+orthogonal to the other updates of the round (``update_alignment``: fedhet.engine.alignment): its cosine with
+them is that of a random direction, of spread 1/√d over the d weights compared (``update_alignment_size``),
+while an honest update shares some of their direction, many times that. So the finding reads |cos| × √d, the
+cosine in units of chance, which holds for a model of 2,000 weights as for one of 55,000. A re-sent update
+repeats its norm round after round, which an honest client's training never does to 5 digits. Only rounds
+in which the client's update was kept count.
 """
 
 from __future__ import annotations
@@ -16,8 +19,9 @@ from typing import Any
 
 import numpy as np
 
-#: Which quantile of a client's |cos| over its kept rounds the finding reads: the 90th separated the honest
-#: clients from the noise of the study's quiet free riders best (measured in docs/audit.md).
+#: Which quantile of a client's |cos| × √d over its kept rounds the finding reads: of the median, mean, 75th
+#: and 90th percentile and maximum of |cos|, the 90th separated the honest clients from the noise of the
+#: study's quiet free riders best (docs/audit.md).
 ALIGNMENT_QUANTILE = 0.9
 
 
@@ -26,8 +30,9 @@ def informativeness(
 ) -> dict[int, dict[str, Any]]:
     """Per client, what its kept updates (the rounds whose ``clients`` name it) say about whether they carry
     information: ``rounds`` with an alignment recorded and ``alignment``, the 90th percentile over them of
-    |cos(Δ_i, Σ_{j≠i} Δ_j)| (``update_alignment``: noise or nothing points nowhere in every round, an
-    honest update shares some of the others' direction, or its opposite, in some rounds at least);
+    |cos(Δ_i, Σ_{j≠i} Δ_j)| × √d (``update_alignment`` and ``update_alignment_size``: noise points nowhere,
+    about 1 in these units in every round; an honest update shares some of the others' direction, or its
+    opposite, in some rounds at least);
     ``pairs`` of consecutive kept rounds with a norm recorded and ``repeated``, how many of them have norms
     within ``repeat_tolerance`` of each other (relative: one update re-sent). Runs recorded before
     ``update_alignment`` existed have ``rounds`` 0."""
@@ -35,9 +40,10 @@ def informativeness(
     last_norm: dict[int, float] = {}
     for ln in lines:
         kept = {int(c) for c in ln.get("clients") or []}
-        for c, v in (ln.get("update_alignment") or {}).items():
+        scale = math.sqrt(float(ln.get("update_alignment_size") or 0))
+        for c, v in (ln.get("update_alignment") or {}).items() if scale else ():
             if int(c) in kept:
-                out.setdefault(int(c), _no_rounds())["cosines"].append(abs(float(v)))
+                out.setdefault(int(c), _no_rounds())["cosines"].append(abs(float(v)) * scale)
         for c, v in (ln.get("update_norms") or {}).items():
             cid, norm = int(c), float(v)
             if cid not in kept:
@@ -61,12 +67,12 @@ def _no_rounds() -> dict[str, Any]:
 
 def sends_no_information(
     lines: Sequence[dict[str, Any]],
-    no_alignment: float = 0.025,
+    no_alignment: float = 3.3,
     repeat_tolerance: float = 1e-5,
     min_rounds: int = 3,
 ) -> dict[int, str]:
     """The clients whose kept updates carried no information (:func:`informativeness`), with the evidence:
-    over at least ``min_rounds`` rounds, a 90th percentile of |alignment| below ``no_alignment`` (noise of
+    over at least ``min_rounds`` rounds, a 90th percentile of |cos| × √d below ``no_alignment`` (noise of
     any size, or no update at all), or a norm repeated round after round in at least half of the consecutive
     pairs (the same update re-sent)."""
     found = {}
@@ -78,9 +84,9 @@ def sends_no_information(
             )
         elif info["rounds"] >= min_rounds and info["alignment"] < no_alignment:
             found[cid] = (
-                f"its updates point nowhere: the 90th percentile of |cos| with the round's other updates is "
-                f"{info['alignment']:.4f} over {info['rounds']} kept rounds (< {no_alignment:g}; an honest "
-                "update shares the others' direction)"
+                "its updates point nowhere: the 90th percentile of |cos| with the round's other updates, "
+                f"in units of a random direction's (1/√d), is {info['alignment']:.2f} over {info['rounds']} "
+                f"kept rounds (< {no_alignment:g}; an honest update shares the others' direction)"
             )
         elif info["pairs"] >= min_rounds and info["repeated"] >= info["pairs"] / 2:
             found[cid] = (

@@ -120,6 +120,13 @@ FEDERATIONS: dict[str, dict[str, Any]] = {
         "faults.clients": {"0": "free-rider"},
         "faults.noise_std": QUIET_NOISE_STD,
     },
+    # the quiet free rider on a small model: the diabetes sites' tabular-mlp holds about 2,100 weights, so
+    # N(0, 0.0007²) has norm 0.0007 × √2100 ≈ 0.032, the honest updates' median there (0.03)
+    "quiet-free-rider-table": {
+        **_table("diabetes-by-age"),
+        "faults.clients": {"0": "free-rider"},
+        "faults.noise_std": 0.0007,
+    },
     # free riders that send back what they were sent (stale) or their first update every round (replay)
     **{
         f"{behaviour}-free-rider": {
@@ -131,7 +138,13 @@ FEDERATIONS: dict[str, dict[str, Any]] = {
     },
 }
 #: federations without exact values (their faults act on what a client sends, not on its data)
-AUDIT_ONLY = ("disguised-free-rider", "quiet-free-rider", "replay-free-rider", "stale-free-rider")
+AUDIT_ONLY = (
+    "disguised-free-rider",
+    "quiet-free-rider",
+    "quiet-free-rider-table",
+    "replay-free-rider",
+    "stale-free-rider",
+)
 
 METHODS = ("celm", "cgsv", "shapfed", "iafl", "cffl", "fedrac", "fedsac")
 RECONSTRUCTION = ("gtg-shapley", "or-shapley")
@@ -204,7 +217,7 @@ def run_values(cell: CompareCell, run: Path, method: str) -> dict[str, Any]:
 
 def _information(run: Path) -> dict[str, Any]:
     """What the free-rider finding reads of each client (fedhet.report.informativeness: the 90th percentile
-    of |alignment|, its kept rounds, the repeated norms of consecutive kept rounds) and what the client was
+    of |cos| × √d, its kept rounds, the repeated norms of consecutive kept rounds) and what the client was
     planted as (its [faults] behaviour, or "split free rider"; honest clients are absent)."""
     from fedhet.config import load_run_config
     from fedhet.engine.rundir import CONFIG_FILE, PARTITION_FILE, read_metrics
@@ -373,6 +386,7 @@ def findings(records: Path) -> list[str]:
 def write_page(paths: list[Path], options: Mapping[str, Any]) -> str:
     """``fedhet study contribution-estimators page``: docs/results/contribution-estimators.md from the
     records (no run)."""
+    from fedhet.report.audit import AuditSettings
     from fedhet.reproduce.store import read_record
 
     records = Path(options.get("records") or "docs/results/cells/contribution-estimators")
@@ -437,9 +451,11 @@ def write_page(paths: list[Path], options: Mapping[str, Any]) -> str:
             "### What the free-rider finding reads, per planted role",
             "",
             "Per client and run, over the rounds its update was kept: the 90th percentile of "
-            "|cos(Δ_i, Σ_{j≠i} Δ_j)| (`update_alignment` in metrics.jsonl) and the share of consecutive "
-            "kept rounds whose update norms repeat within 1e-5 (relative); the audit calls a client a "
-            "free-rider suspect where the first is under 0.025 or the second at least a half "
+            "|cos(Δ_i, Σ_{j≠i} Δ_j)| × √d, the cosine in units of a random direction's (`update_alignment` "
+            "and `update_alignment_size` d in metrics.jsonl; noise is about 1 in these units), and the share "
+            "of consecutive kept rounds whose update norms repeat within 1e-5 (relative); the audit calls a "
+            "client a free-rider suspect where the first is under "
+            f"{AuditSettings().no_alignment:g} or the second at least a half "
             "(fedhet.report.audit.AuditSettings). A client the guards refused in every round has no kept "
             "round and is not listed.",
             "",
@@ -474,7 +490,7 @@ def _low_shapley(records: Path, name: str) -> dict[int, list[int]]:
 
 def information_table(records: Path) -> str:
     """Per planted role (honest clients: every client of every federation planted as nothing), what the
-    free-rider finding reads over the (run, client) pairs: the range of the 90th percentile of |alignment|,
+    free-rider finding reads over the (run, client) pairs: the range of the 90th percentile of |cos| × √d,
     the range of the share of consecutive kept rounds with a repeated norm, and how many were flagged
     free-rider suspects."""
     from fedhet.reproduce.store import read_record
@@ -494,7 +510,7 @@ def information_table(records: Path) -> str:
     if not roles:
         return "no records with the free-rider statistics yet"
     lines = [
-        "| planted as | (run, client) pairs | 90th percentile of abs(cos): min | max | "
+        "| planted as | (run, client) pairs | 90th percentile of abs(cos) × √d: min | max | "
         "repeated-norm share: min | max | flagged free-rider suspect |",
         "|---|---|---|---|---|---|---|",
     ]
