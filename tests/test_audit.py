@@ -89,9 +89,9 @@ def test_a_silent_client_is_a_free_rider_suspect_and_a_lasting_low_weight_low_ma
     ]  # fmt: skip
     flags = flag_clients(audit, lines, AuditSettings())
     assert [(f.client, f.kind) for f in flags] == [(0, "free-rider suspect"), (3, "free-rider suspect")]
-    # one round of |cos| 0.3 in three lifts client 0's 90th percentile of |cos| × 100 to 0.4 + 0.8 × 29.6 =
-    # 24.1 (≥ 3.3): its updates carried information, and its low weight is low marginal value
-    lines[0]["update_alignment"]["0"] = 0.3
+    # two rounds of |cos| 0.3 in three lift client 0's median of |cos| × 100 to 30 (≥ 2): its updates
+    # carried information, and its low weight is low marginal value
+    lines[0]["update_alignment"]["0"] = lines[1]["update_alignment"]["0"] = 0.3
     assert [(f.client, f.kind) for f in flag_clients(audit, lines, AuditSettings())] == [
         (3, "free-rider suspect"),
         (0, "low marginal value"),

@@ -31,8 +31,9 @@ def register(sub: argparse._SubParsersAction) -> None:
         "evidence behind each",
         description="Audit run directories of methods that estimate contributions or rewards (CELM, CGSV, "
         "ShapFed, CFFL, IAFL, FedRAC, FedSAC). Flags: free-rider suspect = updates that carry no "
-        "information, whatever the weight (the 90th percentile over the kept rounds of |cos| with the "
-        "round's other updates < 0.025, or a norm repeated round after round); low marginal value = any "
+        "information, whatever the weight (the median over the kept rounds of |cos| with the round's "
+        "other updates x sqrt(weights compared) < 2, or a norm repeated round after round); low marginal "
+        "value = any "
         "other final weight < 0.75/N (for methods without class evidence: in >= 80% of the rounds); "
         "maverick = >= 50% of a class's samples as described in round 0; rejected updates / clipped "
         "updates / failed rounds as recorded; stale uploads = an update norm below 0.01 x the round's "

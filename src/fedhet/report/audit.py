@@ -8,7 +8,7 @@ for :func:`ground_truth`, which validates the flags (``fedhet study audit-valida
 The flags, each with the numbers behind it (thresholds in :class:`AuditSettings`):
 
 - **free-rider suspect**: a client whose kept updates carried no information, whatever its weight
-  (fedhet.report.informativeness): over at least ``min_rounds`` kept rounds, the 90th percentile of
+  (fedhet.report.informativeness): over at least ``min_rounds`` kept rounds, the median of
   |cos(Δ_i, Σ_{j≠i} Δ_j)| × √d (``update_alignment``, recorded per round, over d weights) below
   ``no_alignment`` (noise of any size
   or no update: the model it was sent plus noise, or unchanged), or an update norm repeated within
@@ -77,7 +77,7 @@ class AuditSettings:
     """The flags' thresholds (module docstring); chosen once, validated in docs/audit.md, not per run."""
 
     low_weight: float = 0.75
-    no_alignment: float = 3.3
+    no_alignment: float = 2.0
     repeat_tolerance: float = 1e-5
     min_rounds: int = 3
     persistent: float = 0.8

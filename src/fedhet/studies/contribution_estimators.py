@@ -216,7 +216,7 @@ def run_values(cell: CompareCell, run: Path, method: str) -> dict[str, Any]:
 
 
 def _information(run: Path) -> dict[str, Any]:
-    """What the free-rider finding reads of each client (fedhet.report.informativeness: the 90th percentile
+    """What the free-rider finding reads of each client (fedhet.report.informativeness: the median
     of |cos| × √d, its kept rounds, the repeated norms of consecutive kept rounds) and what the client was
     planted as (its [faults] behaviour, or "split free rider"; honest clients are absent)."""
     from fedhet.config import load_run_config
@@ -450,7 +450,7 @@ def write_page(paths: list[Path], options: Mapping[str, Any]) -> str:
             "",
             "### What the free-rider finding reads, per planted role",
             "",
-            "Per client and run, over the rounds its update was kept: the 90th percentile of "
+            "Per client and run, over the rounds its update was kept: the median of "
             "|cos(Δ_i, Σ_{j≠i} Δ_j)| × √d, the cosine in units of a random direction's (`update_alignment` "
             "and `update_alignment_size` d in metrics.jsonl; noise is about 1 in these units), and the share "
             "of consecutive kept rounds whose update norms repeat within 1e-5 (relative); the audit calls a "
@@ -490,7 +490,7 @@ def _low_shapley(records: Path, name: str) -> dict[int, list[int]]:
 
 def information_table(records: Path) -> str:
     """Per planted role (honest clients: every client of every federation planted as nothing), what the
-    free-rider finding reads over the (run, client) pairs: the range of the 90th percentile of |cos| × √d,
+    free-rider finding reads over the (run, client) pairs: the range of the median of |cos| × √d,
     the range of the share of consecutive kept rounds with a repeated norm, and how many were flagged
     free-rider suspects."""
     from fedhet.reproduce.store import read_record
@@ -510,7 +510,7 @@ def information_table(records: Path) -> str:
     if not roles:
         return "no records with the free-rider statistics yet"
     lines = [
-        "| planted as | (run, client) pairs | 90th percentile of abs(cos) × √d: min | max | "
+        "| planted as | (run, client) pairs | median of abs(cos) × √d: min | max | "
         "repeated-norm share: min | max | flagged free-rider suspect |",
         "|---|---|---|---|---|---|---|",
     ]
