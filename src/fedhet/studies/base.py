@@ -295,3 +295,24 @@ def finished_seeds(directory: Path, method: str) -> list[Path]:
     from fedhet.engine.rundir import finished_runs
 
     return finished_runs(directory, method)
+
+
+def provenance_lines(study: str, seeds: int, records: Path) -> list[str]:
+    """The lines a study's page opens its provenance with: the two commands that regenerate every number on it
+    (``--seeds`` as the page was run) and the commits its records in ``records`` were computed at."""
+    from fedhet.reproduce.store import read_record
+
+    commits = sorted(
+        {c for p in records.rglob("*.json") if (r := read_record(p)) for c in r.get("commits") or [] if c}
+    )
+    return [
+        "Regenerate every number on this page with:",
+        "",
+        "```",
+        f"fedhet study {study} run --seeds {seeds}",
+        f"fedhet study {study} page",
+        "```",
+        "",
+        f"Computed at commit{'s' if len(commits) != 1 else ''} {', '.join(commits) or 'none'} "
+        f"(from the records in `{records}`).",
+    ]

@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from fedhet.studies.base import CompareCell, Study, recorded_runs
+from fedhet.studies.base import CompareCell, Study, provenance_lines, recorded_runs
 from fedhet.studies.contribution_estimators import TABLE_DIR, write_tables
 
 CONFIG = "tables/fedavg-100"
@@ -176,12 +176,7 @@ def findings(records: Path) -> list[str]:
 
 def write_page(dirs: list[Path], options: Mapping[str, Any]) -> str:
     """docs/results/table-defaults.md from the records."""
-    from fedhet.reproduce.store import read_record
-
     records = Path(options.get("records") or f"docs/results/cells/{STUDY.name}")
-    commits = sorted(
-        {c for p in records.rglob("*.json") if (r := read_record(p)) for c in r.get("commits") or [] if c}
-    )
     text = "\n".join(
         [
             "# Training defaults on tables",
@@ -193,15 +188,7 @@ def write_page(dirs: list[Path], options: Mapping[str, Any]) -> str:
             "this page is rendered). Also: batch 16, and the same model on the pooled rows (one client). "
             f"Test accuracy in %, mean ± sd over seeds (`{CONFIG}`).",
             "",
-            "Regenerate every number on this page with:",
-            "",
-            "```",
-            f"fedhet study {STUDY.name} run --seeds 5",
-            f"fedhet study {STUDY.name} page",
-            "```",
-            "",
-            f"Computed at commit{'s' if len(commits) != 1 else ''} {', '.join(commits) or 'none'} "
-            f"(from the records in `{records}`).",
+            *provenance_lines(STUDY.name, STUDY.default_seeds, records),
             "",
             "## Findings (computed from the records)",
             "",
