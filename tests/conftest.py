@@ -32,3 +32,17 @@ def every_method_run(tmp_path_factory: pytest.TempPathFactory) -> subprocess.Com
     return subprocess.run(
         [sys.executable, str(script)], capture_output=True, text=True, timeout=900, env=env, cwd=tmp
     )
+
+
+@pytest.fixture
+def forget_registrations(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Methods, models and attacks a test registers are forgotten after it: other tests in the same worker
+    list the registered names (the every-method run, the accepted-names errors)."""
+    import fedhet.algorithms as algorithms
+    import fedhet.attacks as attacks
+    import fedhet.models.registry as models
+
+    monkeypatch.setattr(algorithms, "_REGISTERED", dict(algorithms._REGISTERED))
+    monkeypatch.setattr(attacks, "_REGISTERED", dict(attacks._REGISTERED))
+    monkeypatch.setattr(models, "MODELS", dict(models.MODELS))
+    monkeypatch.setattr(models, "USER_MODELS", set(models.USER_MODELS))

@@ -20,6 +20,8 @@ from fedhet.errors import ConfigError
 from fedhet.experiment import make_simulation
 from support import digits_config, lines_of
 
+pytestmark = pytest.mark.usefixtures("forget_registrations")  # its registrations stay in it
+
 
 @pytest.fixture(autouse=True)
 def _tmp_cache(tmp_path, monkeypatch):

@@ -1,4 +1,4 @@
-"""A run warns when its training loss is still falling steeply at its last round (fedhet.engine.convergence)."""
+"""A run warns when its training loss still falls steeply at its last round (fedhet.engine.convergence)."""
 
 from __future__ import annotations
 

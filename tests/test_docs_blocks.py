@@ -86,15 +86,9 @@ def _tiny(text: str) -> str:
 
 
 @pytest.fixture
-def reader_setup(tmp_path, monkeypatch):
-    """What the blocks assume a reader has: arrays, a data frame and a folder of hospital files. What a
-    block registers (a method, a model) is forgotten after it: other tests in this process list them."""
-    import fedhet.algorithms as algorithms
-    import fedhet.models.registry as models
-
-    monkeypatch.setattr(algorithms, "_REGISTERED", dict(algorithms._REGISTERED))
-    monkeypatch.setattr(models, "MODELS", dict(models.MODELS))
-    monkeypatch.setattr(models, "USER_MODELS", set(models.USER_MODELS))
+def reader_setup(tmp_path, monkeypatch, forget_registrations):
+    """What the blocks assume a reader has: arrays, a data frame and a folder of hospital files (what a block
+    registers, a method or a model, is forgotten after it)."""
     import pandas as pd
     from sklearn.datasets import load_breast_cancer
     from sklearn.model_selection import train_test_split

@@ -37,6 +37,8 @@ from fedhet.flower.server_log import round_text  # noqa: E402
 from fedhet.models import register  # noqa: E402
 from flower_loopback import LoopbackGrid, server_identity  # noqa: E402
 
+pytestmark = pytest.mark.usefixtures("forget_registrations")  # its registrations stay in it
+
 
 @pytest.fixture(autouse=True)
 def _tmp_cache(tmp_path, monkeypatch):
