@@ -1,6 +1,7 @@
-"""The audit's "starved class" finding, and its maverick flag read from the round-0 descriptions: the only client that described holding a class, given a weight under
-0.1 × 1/N, is named (the global model may not learn that class); a method that gives it a fair share is not
-flagged. Known answers from the split (client 0 alone holds class 0) and the run's own weights."""
+"""The audit's "starved class" finding, and its maverick flag read from the round-0 descriptions: the only
+client that described holding a class, given a weight under 0.1 × 1/N, is named (the global model may not
+learn that class); a method that gives it a fair share is not flagged. Known answers from the split (client 0
+alone holds class 0) and the run's own weights."""
 
 from __future__ import annotations
 

@@ -366,7 +366,8 @@ def plot_evidence_heatmap(
         image = ax.imshow(np.ma.masked_invalid(mat), aspect="auto", cmap="viridis", interpolation="nearest")
         fig.colorbar(image, ax=ax)
         ax.set_xticks(range(k))
-        ax.set_xticklabels(names.class_labels(k), rotation=45 if k > 3 else 0, ha="right" if k > 3 else "center")
+        tilt = {"rotation": 45, "ha": "right"} if k > 3 else {"rotation": 0, "ha": "center"}
+        ax.set_xticklabels(names.class_labels(k), **tilt)
         ax.set_xlabel("class")
         ax.set_yticks(range(len(ylabels)))
         ax.set_yticklabels(ylabels, fontsize=7)
