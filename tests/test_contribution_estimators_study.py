@@ -102,10 +102,10 @@ def test_the_natural_federations_split_the_diabetes_table_by_a_real_attribute(tm
 
 
 def test_information_table_groups_clients_by_their_planted_role(tmp_path):
-    """Two runs of quiet-free-rider: client 0 planted free-rider (|cos| 0.005 and 0.006, flagged in one),
-    clients 1 and 2 honest (0.2, 0.1; 0.3, 0.4), client 2 of the second run with 3 of 6 repeated norms."""
+    """Two runs of quiet-free-rider: client 0 planted free-rider (|cos| × √d 0.5 and 0.6, flagged in one),
+    clients 1 and 2 honest (20, 10; 30, 40), client 2 of the second run with 3 of 6 repeated norms."""
     for seed, (fr, honest, repeated, flagged) in enumerate(
-        [(0.005, (0.2, 0.1), 0, [0]), (0.006, (0.3, 0.4), 3, [])]
+        [(0.5, (20.0, 10.0), 0, [0]), (0.6, (30.0, 40.0), 3, [])]
     ):
         write(
             tmp_path / "quiet-free-rider" / "methods" / f"celm-seed{seed}.json",
@@ -126,6 +126,6 @@ def test_information_table_groups_clients_by_their_planted_role(tmp_path):
             },
         )
     table = study.information_table(tmp_path)
-    assert "| honest | 4 | 0.1000 | 0.4000 | 0.00 | 0.50 | 0 of 4 |" in table
-    assert "| free-rider | 2 | 0.0050 | 0.0060 | 0.00 | 0.00 | 1 of 2 |" in table
+    assert "| honest | 4 | 10.00 | 40.00 | 0.00 | 0.50 | 0 of 4 |" in table
+    assert "| free-rider | 2 | 0.50 | 0.60 | 0.00 | 0.00 | 1 of 2 |" in table
     assert table.index("| honest |") < table.index("| free-rider |")

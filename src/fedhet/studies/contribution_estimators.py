@@ -435,13 +435,16 @@ def write_page(paths: list[Path], options: Mapping[str, Any]) -> str:
             "## The audit's flags against the planted roles",
             "",
             "`fedhet audit` on every method's run of every federation and seed (it reads only what the "
-            "server knew), each flag's clients against what was planted: the free riders "
-            "(`free-rider`'s client of 10 repeated samples; client 0 of the four federations without exact "
-            "values: `disguised-free-rider` sends the model it was sent plus N(0, 1) noise, which the "
-            "update-norm guard refuses in every round, so its truth is a rejected client, not a free rider "
-            f"the audit saw; `quiet-free-rider` the same with N(0, {QUIET_NOISE_STD}²) noise, as long as an "
-            "honest update; `replay-free-rider` re-sends its first update; `stale-free-rider` sends back "
-            "the model it was sent), a class's sole or dominant holder "
+            "server knew), each flag's clients against what was planted: the free riders, clients that send "
+            "no information (client 0 of the five federations without exact values: `disguised-free-rider` "
+            "sends the model it was sent plus N(0, 1) noise, which the update-norm guard refuses in every "
+            "round, so its truth is a rejected client, not a free rider the audit saw; `quiet-free-rider` "
+            f"the same with N(0, {QUIET_NOISE_STD}²) noise, as long as an honest update, and "
+            "`quiet-free-rider-table` on the diabetes sites by age band with N(0, "
+            f"{FEDERATIONS['quiet-free-rider-table']['faults.noise_std']}²); `replay-free-rider` re-sends "
+            "its first update; `stale-free-rider` sends back the model it was sent; the `free-rider` "
+            "split's client trains on its 10 samples and sends that: no free-rider truth), a class's sole "
+            "or dominant holder "
             "(≥ 50 % of its samples), a sole holder whose final weight is under 0.1 × 1/N; for low "
             "marginal value, an exact Shapley value under 0.75 × "
             "an equal share of the total. Pooled over (run, client) pairs.",
@@ -517,7 +520,7 @@ def information_table(records: Path) -> str:
     for role, rows in sorted(roles.items(), key=lambda kv: (kv[0] != "honest", kv[0])):
         cos = [a for a, _, _ in rows if a is not None]
         shares = [r for _, r, _ in rows]
-        lo, hi = (f"{min(cos):.4f}", f"{max(cos):.4f}") if cos else ("—", "—")
+        lo, hi = (f"{min(cos):.2f}", f"{max(cos):.2f}") if cos else ("—", "—")
         lines.append(
             f"| {role} | {len(rows)} | {lo} | {hi} | {min(shares):.2f} | {max(shares):.2f} | "
             f"{sum(f for _, _, f in rows)} of {len(rows)} |"
