@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from fedhet.studies.base import CompareCell, Study
+from fedhet.studies.base import CompareCell, Study, provenance_lines
 
 CONFIG = "contributions/digits-n6"
 
@@ -387,18 +387,8 @@ def write_page(paths: list[Path], options: Mapping[str, Any]) -> str:
     """``fedhet study contribution-estimators page``: docs/results/contribution-estimators.md from the
     records (no run)."""
     from fedhet.report.audit import AuditSettings
-    from fedhet.reproduce.store import read_record
 
     records = Path(options.get("records") or "docs/results/cells/contribution-estimators")
-    commits = sorted(
-        {
-            c
-            for path in records.rglob("*.json")
-            if (r := read_record(path))
-            for c in r.get("commits") or []
-            if c
-        }
-    )
     page = Path(STUDY.page)
     text = "\n".join(
         [
@@ -418,15 +408,7 @@ def write_page(paths: list[Path], options: Mapping[str, Any]) -> str:
             "recorded at different commits (above) may have run under different loads, so compare wall "
             "times within one commit's records.",
             "",
-            "Regenerate every number on this page with:",
-            "",
-            "```",
-            "fedhet study contribution-estimators run --seeds 3",
-            "fedhet study contribution-estimators page",
-            "```",
-            "",
-            f"Computed at commit{'s' if len(commits) != 1 else ''} {', '.join(commits) or 'none'} "
-            f"(from the records in `{records}`).",
+            *provenance_lines(STUDY.name, STUDY.default_seeds, records),
             "",
             "## Findings (computed from the records)",
             "",
