@@ -299,7 +299,8 @@ def test_a_flwr_run_server_app_logs_rounds_the_end_and_its_absolute_run_folder_t
     assert (tmp_path / "runs" / "rel" / "summary.json").is_file()
     # a failing run says so in Flower's log, with the folder, and still raises (Flower marks it failed)
     caplog.clear()
-    with server_identity(), caplog.at_level(logging.INFO, logger="flwr"), pytest.raises(RunDirectoryError):
+    refused = pytest.raises(RunDirectoryError, match="overwrite=true in flwr run's --run-config")
+    with server_identity(), caplog.at_level(logging.INFO, logger="flwr"), refused:
         app(LoopbackGrid(nodes), context)  # the finished run folder is refused without overwrite
     errors = [r.getMessage() for r in caplog.records if r.name == "flwr" and r.levelno == logging.ERROR]
     assert (

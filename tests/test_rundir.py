@@ -56,6 +56,12 @@ def test_states_and_what_each_needs(tmp_path):
             check_run_dir(d)  # on the command line, in flags
     finally:
         CALLER.reset(token)
+    token = CALLER.set("flower")
+    try:
+        with pytest.raises(RunDirectoryError, match="pass overwrite=true in flwr run's --run-config"):
+            check_run_dir(d)  # under flwr run, in its run config (a Flower run cannot resume yet)
+    finally:
+        CALLER.reset(token)
     assert check_run_dir(d, resume=True) == "unfinished"
     (d / "summary.json").write_text("{}")
     assert run_dir_state(d) == "finished"

@@ -72,20 +72,25 @@ class RunInterrupted(KeyboardInterrupt):
 # --------------------------------------------------------------------------------------------------------
 # Advice in the caller's words: a flag on the command line, a keyword argument in Python
 # --------------------------------------------------------------------------------------------------------
-#: "python" (the default: fedhet.run, fedhet.compare) or "cli" (set by the ``fedhet`` command).
+#: "python" (the default: fedhet.run, fedhet.compare), "cli" (set by the ``fedhet`` command) or "flower"
+#: (set by the ServerApp under ``flwr run``, whose run config holds the options).
 CALLER: ContextVar[str] = ContextVar("fedhet_caller", default="python")
 
-#: option -> (how the command line spells it, how the Python API spells it); ``{dir}`` is the directory.
+#: option -> how the command line, the Python API and ``flwr run`` spell it; ``{dir}`` is the directory.
 _OPTIONS = {
-    "overwrite": ("--overwrite", "overwrite=True"),
-    "resume": ("--resume {dir}", "resume=True (with out={dir!r})"),
-    "rerun": ("--rerun", "rerun=True"),
-    "out": ("--out", "out="),
+    "overwrite": ("--overwrite", "overwrite=True", "overwrite=true in flwr run's --run-config"),
+    "resume": (
+        "--resume {dir}",
+        "resume=True (with out={dir!r})",
+        "overwrite=true in flwr run's --run-config (a Flower run cannot resume yet; this starts it again)",
+    ),
+    "rerun": ("--rerun", "rerun=True", "overwrite=true in flwr run's --run-config"),
+    "out": ("--out", "out=", "run-dir in flwr run's --run-config"),
 }
 
 
 def option(name: str, run_dir: object = "") -> str:
     """How the caller names option ``name`` in advice: ``--resume DIR`` on the command line,
-    ``resume=True`` from Python (``fedhet.run``/``fedhet.compare``)."""
-    cli, python = _OPTIONS[name]
-    return (cli if CALLER.get() == "cli" else python).format(dir=str(run_dir))
+    ``resume=True`` from Python (``fedhet.run``/``fedhet.compare``), the run config under ``flwr run``."""
+    cli, python, flower = _OPTIONS[name]
+    return {"cli": cli, "flower": flower}.get(CALLER.get(), python).format(dir=str(run_dir))

@@ -28,7 +28,7 @@ from fedhet.config import ExperimentConfig, load_config, to_toml
 from fedhet.engine.boundary import check_transport
 from fedhet.engine.protocol import Failures, Instruction, Reply, Strategy, Transport
 from fedhet.engine.rounds import RoundLoop
-from fedhet.errors import ConfigError, FedhetError, ProtocolError
+from fedhet.errors import CALLER, ConfigError, FedhetError, ProtocolError
 from fedhet.flower.client import TIMING_RECORD
 from fedhet.flower.records import NODE_RECORD, RUN_RECORD, content_to_reply, instruction_to_content
 from fedhet.flower.server_log import FlowerLogListener, fedhet_log_to_flower, log_failure
@@ -317,6 +317,7 @@ def make_server_app(
         if not to_flower:
             _main(grid, context)
             return
+        token = CALLER.set("flower")  # advice in errors names the run config (overwrite=true), not flags
         with fedhet_log_to_flower():
             try:
                 _main(grid, context)
@@ -324,6 +325,8 @@ def make_server_app(
                 out = run_dir if run_dir is not None else dict(context.run_config).get("run-dir")
                 log_failure(exc, Path(str(out)) if out is not None else None)
                 raise
+            finally:
+                CALLER.reset(token)
 
     def _main(grid: Grid, context: Context) -> None:
         from fedhet.experiment import needs_reference, reference_reason, standalone_accuracies
