@@ -79,3 +79,23 @@ def digits_config(clients: int = 5, rounds: int = 3, **sets) -> ExperimentConfig
 def lines_of(run_dir) -> list[dict]:
     """The per-round lines of a run's metrics.jsonl."""
     return [json.loads(s) for s in (run_dir / "metrics.jsonl").read_text().splitlines()]
+
+
+def aggregating_strategy(settings: dict, n: int, method: str = "fedavg"):
+    """``method``'s strategy set up for ``n`` clients of a tiny MLP with the ``[aggregation]`` ``settings``,
+    ready to aggregate hand-made replies."""
+    import numpy as np
+
+    from fedhet.algorithms import build_strategy
+    from fedhet.engine.protocol import FederationInfo
+    from fedhet.models import build_model
+
+    strategy = build_strategy(method)
+    torch.manual_seed(0)
+    info = FederationInfo(
+        model=build_model("mlp", (1, 4, 4), 3, hidden_sizes=[6]),
+        num_clients=n, num_classes=3, input_shape=(1, 4, 4), rounds=3, seed=0,
+        rng=np.random.default_rng(0), device=torch.device("cpu"), aggregation=settings,
+    )  # fmt: skip
+    strategy.setup(info)
+    return strategy

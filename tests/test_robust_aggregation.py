@@ -13,6 +13,7 @@ from fedhet.algorithms.robust_aggregation import (
     multi_krum,
     trimmed_mean,
 )
+from support import aggregating_strategy
 
 X = torch.tensor([[1.0, 10.0], [5.0, 20.0], [2.0, 30.0], [100.0, -40.0]])
 
@@ -81,21 +82,7 @@ def test_one_hostile_row_moves_the_mean_but_not_the_robust_rules():
 # [aggregation]: the rules inside the methods that average client models
 # --------------------------------------------------------------------------------------------------------
 def _strategy(method: str, settings: dict, n: int = 5):
-    import numpy as np
-
-    from fedhet.algorithms import build_strategy
-    from fedhet.engine.protocol import FederationInfo
-    from fedhet.models import build_model
-
-    strategy = build_strategy(method)
-    torch.manual_seed(0)
-    info = FederationInfo(
-        model=build_model("mlp", (1, 4, 4), 3, hidden_sizes=[6]),
-        num_clients=n, num_classes=3, input_shape=(1, 4, 4), rounds=3, seed=0,
-        rng=np.random.default_rng(0), device=torch.device("cpu"), aggregation=settings,
-    )  # fmt: skip
-    strategy.setup(info)
-    return strategy
+    return aggregating_strategy(settings, n, method)
 
 
 def _replies(strategy, n: int = 5, hostile: float | None = None):

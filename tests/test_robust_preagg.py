@@ -21,6 +21,7 @@ from fedhet.algorithms.robust_aggregation import (
     nearest_neighbour_mixing,
     trimmed_mean,
 )
+from support import aggregating_strategy
 
 VECTORS = json.loads((Path(__file__).parent / "data" / "byzfl_vectors.json").read_text())
 CASES = VECTORS["cases"]
@@ -273,19 +274,7 @@ def test_new_keys_at_their_defaults_leave_the_fingerprint_unchanged():
 # Inside a method: reproducible bucketing, shares, and a run with a sign-flipping client
 # --------------------------------------------------------------------------------------------------------
 def _strategy(settings: dict, n: int = 6, method: str = "fedavg"):
-    from fedhet.algorithms import build_strategy
-    from fedhet.engine.protocol import FederationInfo
-    from fedhet.models import build_model
-
-    strategy = build_strategy(method)
-    torch.manual_seed(0)
-    info = FederationInfo(
-        model=build_model("mlp", (1, 4, 4), 3, hidden_sizes=[6]),
-        num_clients=n, num_classes=3, input_shape=(1, 4, 4), rounds=3, seed=0,
-        rng=np.random.default_rng(0), device=torch.device("cpu"), aggregation=settings,
-    )  # fmt: skip
-    strategy.setup(info)
-    return strategy
+    return aggregating_strategy(settings, n, method)
 
 
 def _replies(strategy, n: int = 6):
