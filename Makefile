@@ -35,16 +35,25 @@ data:
 # carry the same xdist_group and run in one worker.
 test: setup
 	$(PY) -m pytest tests -n 2 --dist loadgroup
-	@$(MAKE) --no-print-directory test-numerics
+	@$(MAKE) --no-print-directory -j2 --output-sync=target test-numerics
 
 # The numeric-equivalence tests (marker `numerics`: two implementations within a justified tolerance, or one
 # code path run twice bit for bit) once more under other kernels, thread counts and denormal handling, so a
 # test that holds only on one CPU's default kernels fails on the developer's machine, not on a user's.
-NUMERICS = $(PY) -m pytest tests -m numerics -p no:cacheprovider
-test-numerics: setup
+# Only the files that hold such tests are collected (collecting the whole suite costs more than running
+# them); `make test` runs the four passes two at a time, each one's output kept together.
+NUMERICS_FILES = $(shell grep -l "mark.numerics" tests/test_*.py)
+NUMERICS = $(PY) -m pytest $(NUMERICS_FILES) -m numerics -p no:cacheprovider
+NUMERICS_PASSES = numerics-default-kernels numerics-two-threads numerics-flushed-denormals numerics-avx2
+.PHONY: $(NUMERICS_PASSES)
+test-numerics: $(NUMERICS_PASSES)
+numerics-default-kernels: setup
 	ATEN_CPU_CAPABILITY=default $(NUMERICS)
+numerics-two-threads: setup
 	FEDHET_TEST_THREADS=2 OMP_NUM_THREADS=2 $(NUMERICS)
+numerics-flushed-denormals: setup
 	FEDHET_TEST_FLUSH_DENORMAL=1 $(NUMERICS)
+numerics-avx2: setup
 	ATEN_CPU_CAPABILITY=avx2 ONEDNN_MAX_CPU_ISA=AVX2 MKL_ENABLE_INSTRUCTIONS=AVX2 MKL_CBWR=COMPATIBLE $(NUMERICS)
 
 demo: setup
