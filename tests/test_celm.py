@@ -604,7 +604,7 @@ def test_end_to_end_run_writes_contribution_artifacts(tmp_path, method):
     assert "rare_class_recall" in summary["final"]
     assert sum(summary["contributions"]) == pytest.approx(1.0)
     rows = (run / "contributions.csv").read_text().splitlines()
-    assert rows[0].startswith("round,phase,client_0") and len(rows) == 5
+    assert rows[0] == "round,phase,client,contribution,site" and len(rows) == 1 + 4 * 4  # rounds x clients
     for t in (1, 2):
         raw = (run / "evidence" / f"round_{t:03d}_raw.csv").read_text().splitlines()
         assert raw[1].startswith("global_previous,") and len(raw) == 2 + 4

@@ -28,9 +28,12 @@ def celm_run(out, rounds: int, **faults):
 
 
 def last_csv_row(run_dir) -> list[float]:
+    """The last round's contributions in contributions.csv (a row per round and client)."""
     with open(run_dir / "contributions.csv") as fh:
         rows = list(csv.DictReader(fh))
-    return [float(rows[-1][f"client_{i}"]) for i in range(6)]
+    last = [r for r in rows if r["round"] == rows[-1]["round"]]
+    assert [int(r["client"]) for r in last] == list(range(6))
+    return [float(r["contribution"]) for r in last]
 
 
 def test_a_client_rejected_in_every_round_is_credited_nothing(tmp_path):
@@ -84,4 +87,3 @@ def test_the_record_is_the_last_aggregated_rounds_line():
     assert run_contributions(estimate, []) == estimate  # no rounds (nothing to read it from)
     # a resumed run reads its lines back from JSON, where NaN is null
     assert math.isnan(run_contributions(None, [{**line, "contributions": [None, 0.5, 0.5]}])[0])
-

@@ -123,6 +123,13 @@ def test_run_table_summary_csvs_figures_and_audit_name_sites_and_classes(sites, 
     assert [(r["model"], r["site"]) for r in rows] == [("global_previous", "")] + [
         (f"client_{i}", s) for i, s in enumerate(names)
     ]
+    # contributions.csv: a row per round and client, the client's site beside its number
+    with open(run / "contributions.csv") as fh:
+        rows = list(csv.DictReader(fh))
+    assert [(int(r["round"]), int(r["client"]), r["site"]) for r in rows] == [
+        (t, i, s) for t in (1, 2, 3) for i, s in enumerate(names)
+    ]
+    assert [float(r["contribution"]) for r in rows[-3:]] == pytest.approx(weights, abs=1e-9)
     # the figures' axes
     clients = [f"{i} ({s})" for i, s in enumerate(names)]
     assert tick_labels(saved_figures["celm_final_weights.png"], "x") == clients
@@ -179,6 +186,22 @@ def test_compare_tables_report_and_client_csv_name_sites_and_classes(sites, save
     ]
     assert tick_labels(partition, "x") == ["benign", "malignant"]
     assert tick_labels(saved_figures["per_class_recall.png"], "x") == ["benign", "malignant"]
+
+
+def test_fedracs_clients_csv_names_each_clients_site_in_its_site_column(sites):
+    """clients.csv of FedRAC (a row per client): the header names the site column its rows fill, and client
+    i's site is the site of sorted rank i (fedhet numbers a folder's site files by name)."""
+    root, _ = sites
+    run = root / "fedrac"
+    args = ["run", *TABLE, "--data-path", str(root / "data"), "--method", "fedrac", "--rounds", "2"]
+    assert main([*args, "--out", str(run)]) == 0
+    with open(run / "clients.csv") as fh:
+        reader = csv.reader(fh)
+        header, rows = next(reader), list(reader)
+    assert header[0] == "client" and header[-1] == "site"
+    assert all(len(row) == len(header) for row in rows)
+    named = [dict(zip(header, row, strict=True)) for row in rows]
+    assert [(int(r["client"]), r["site"]) for r in named] == list(enumerate(sorted(SITES)))
 
 
 def test_a_split_of_built_in_data_numbers_its_clients_and_names_its_classes():

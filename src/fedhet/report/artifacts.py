@@ -4,7 +4,8 @@
 ``config.toml`` and ``records.json`` (the strategy's :meth:`~fedhet.engine.protocol.Strategy.run_records`)
 and writes what each section of the records calls for:
 
-- ``celm``: ``contributions.csv``, ``evidence/round_NNN_{raw,debiased}.csv`` and three figures;
+- ``celm``: ``contributions.csv`` (a row per round and client), ``evidence/round_NNN_{raw,debiased}.csv``
+  and three figures;
 - ``submodel`` (FedRAC, FedSAC): ``clients.csv``, ``unit_frequency.csv``, ``fairness_summary.json`` and four
   figures;
 - ``client_table`` (CFFL, CGSV, ShapFed, IAFL): one row per client, ``<method>_clients.csv``;
@@ -111,17 +112,17 @@ def write_celm(
     info: dict[str, Any],
     names: RunNames | None = None,
 ) -> None:
-    """contributions.csv (c per round, a column per client), the evidence CSVs of every warm-up round (a row
-    per client, its ``site`` last), and three figures."""
+    """contributions.csv (a row per round and client: c_i, its ``site`` last), the evidence CSVs of every
+    warm-up round (a row per client, its ``site`` last), and three figures."""
     names = names or RunNames()
     history = [(ln["round"], ln["contributions"]) for ln in lines if ln.get("contributions")]
-    n = len(history[0][1]) if history else len(summary.get("contributions") or [])
     with open(run / "contributions.csv", "w", newline="") as fh:
         w = csv.writer(fh)
-        w.writerow(["round", "phase"] + [f"client_{i}" for i in range(n)])
+        w.writerow(["round", "phase", "client", "contribution", "site"])
         phases = {ln["round"]: ln.get("celm_phase", "") for ln in lines}
         for rnd, c in history:
-            w.writerow([rnd, phases.get(rnd, "")] + [f"{v:.10g}" for v in c])
+            for i, v in enumerate(c):
+                w.writerow([rnd, phases.get(rnd, ""), i, f"{v:.10g}", names.site(i)])
     evidence = celm_evidence(record)
     ev_dir = run / "evidence"
     ev_dir.mkdir(exist_ok=True)
@@ -185,7 +186,7 @@ def write_submodel(
     with open(run / "clients.csv", "w", newline="") as fh:
         writer = csv.writer(fh, lineterminator="\n")
         writer.writerow(
-            ["client", "standalone", "reputation", "sharpened_contribution", "mask_size", "reward"]
+            ["client", "standalone", "reputation", "sharpened_contribution", "mask_size", "reward", "site"]
         )
         for cid in range(n):
             reward = rewards[cid] if rewards[cid] is not None else math.nan
