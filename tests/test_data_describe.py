@@ -126,3 +126,23 @@ def test_a_table_run_prints_rows_per_site_columns_and_classes_first(tmp_path, ca
         "fedhet: classes (3): cured, rare, worse",
     ]
     json.loads(captured.out)  # stdout stays the JSON summary
+
+
+def test_a_table_compare_prints_the_short_description_once_first_on_stderr(tmp_path, capsys):
+    """Two methods, one description: before any method trains, not once per method, and never on stdout."""
+    folder = _clinics(tmp_path / "clinics")
+    code = main(["compare", "--dataset", "csv", "--data-path", str(folder),
+                 "--set", "data.label_column=outcome", "--set", "data.impute=median",
+                 "--set", "data.split=sites", "--set", "data.clients=2", "--model", "tabular-mlp",
+                 "--rounds", "1", "--methods", "fedavg,standalone", "--no-report",
+                 "--out", str(tmp_path / "compare")])  # fmt: skip
+    captured = capsys.readouterr()
+    assert code == 0, captured.err
+    first = f"fedhet: table {folder.resolve()}: rows per site: east 3, west 4; test 2 rows (test.csv)"
+    assert captured.err.splitlines()[:3] == [
+        first,
+        "fedhet: columns: 2 features: dose (numeric), colour (4 levels); label 'outcome'",
+        "fedhet: classes (3): cured, rare, worse",
+    ]
+    assert captured.err.count("fedhet: table ") == 1 and "rows per site" not in captured.out
+    assert "fedavg" in captured.out and "standalone" in captured.out  # the results table, on stdout

@@ -21,6 +21,7 @@ from fedhet.cli.common import (
     status_console,
     writable_dir,
 )
+from fedhet.cli.describe import short_description
 from fedhet.engine.names import RunNames
 from fedhet.errors import ConfigError
 
@@ -117,6 +118,9 @@ def cmd_compare(args: argparse.Namespace) -> int:
     stamp = time.strftime("%Y%m%d-%H%M%S")
     default = Path(base.out or "runs") / f"compare-{base.data.dataset}-{base.data.split}-{stamp}"
     out_dir = writable_dir(Path(args.out) if args.out else default, "--out")
+    if not args.quiet:  # a table's rows per site, columns and classes: once, before any method trains
+        for line in short_description(base):
+            print(f"fedhet: {line}", file=sys.stderr)
     # printed on Ctrl-C: the same command into the same folder reuses finished cells, resumes the others
     args.resume_command = rerun_command(getattr(args, "argv", []), out_dir, drop=("--rerun",))
     with RunProgress(console, enabled=not args.quiet) as prog:
