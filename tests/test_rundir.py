@@ -58,8 +58,11 @@ def test_states_and_what_each_needs(tmp_path):
         CALLER.reset(token)
     token = CALLER.set("flower")
     try:
-        with pytest.raises(RunDirectoryError, match="pass overwrite=true in flwr run's --run-config"):
-            check_run_dir(d)  # under flwr run, in its run config (a Flower run cannot resume yet)
+        with pytest.raises(
+            RunDirectoryError,
+            match="pass resume=true in flwr run's --run-config to continue it, overwrite=true in flwr run's",
+        ):
+            check_run_dir(d)  # under flwr run, in its run config
     finally:
         CALLER.reset(token)
     assert check_run_dir(d, resume=True) == "unfinished"

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from fedhet.config import ExperimentConfig, apply_overrides, from_dict, load_config, load_run_config
-from fedhet.engine.rundir import CONFIG_FILE, read_metrics
+from fedhet.engine.rundir import CONFIG_FILE, FLOWER_NODES_FILE, read_metrics
 from fedhet.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -194,6 +194,13 @@ def run(
     if resume and overrides:
         raise ConfigError(
             f"resume continues the run exactly as its {CONFIG_FILE} says; overrides would change it"
+        )
+    if resume and (Path(out) / FLOWER_NODES_FILE).is_file():  # never rerun a Flower run here, nodes gone
+        folder = Path(out).resolve()
+        raise ConfigError(
+            f"{out} holds a Flower run ({FLOWER_NODES_FILE}): resume it on Flower, with resume=true in flwr "
+            f"run's --run-config: flwr run APP FEDERATION --run-config \"config='CONFIG' run-dir='{folder}' "
+            'resume=true" (from Python: fedhet.flower.server.make_server_app(..., resume=True))'
         )
     if resume and engine != "embedded":
         raise ConfigError("resume works with the embedded engine only (Flower nodes keep their own state)")

@@ -82,7 +82,7 @@ _OPTIONS = {
     "resume": (
         "--resume {dir}",
         "resume=True (with out={dir!r})",
-        "overwrite=true in flwr run's --run-config (a Flower run cannot resume yet; this starts it again)",
+        "resume=true in flwr run's --run-config",
     ),
     "rerun": ("--rerun", "rerun=True", "overwrite=true in flwr run's --run-config"),
     "out": ("--out", "out=", "run-dir in flwr run's --run-config"),

@@ -49,6 +49,9 @@ CONFIG_FILE = "config.toml"
 PARTITION_FILE = "partition.json"
 #: The method's records (``Strategy.run_records``), read by the report layer.
 RECORDS_FILE = "records.json"
+#: A Flower run's nodes: each client's Flower node and the nodes refused (written once they described
+#: themselves); its presence marks a run folder as a Flower run's, which only Flower can resume.
+FLOWER_NODES_FILE = "flower_nodes.json"
 #: The files whose presence makes a directory a fedhet run (written at the start of every run).
 RUN_MARKERS = (CONFIG_FILE, METRICS_FILE)
 

@@ -28,8 +28,10 @@ from fedhet.config import ExperimentConfig, load_config, to_toml
 from fedhet.engine.boundary import check_transport
 from fedhet.engine.protocol import Failures, Instruction, Reply, Strategy, Transport
 from fedhet.engine.rounds import RoundLoop
-from fedhet.errors import CALLER, ConfigError, FedhetError, ProtocolError
+from fedhet.engine.rundir import FLOWER_NODES_FILE, write_atomic
+from fedhet.errors import CALLER, ConfigError, FedhetError, ProtocolError, TrainingDivergedError
 from fedhet.flower.client import TIMING_RECORD
+from fedhet.flower.lifecycle import NodeState, SaveOnStop, check_resume, error_reason, run_config_flag
 from fedhet.flower.records import NODE_RECORD, RUN_RECORD, content_to_reply, instruction_to_content
 from fedhet.flower.server_log import FlowerLogListener, fedhet_log_to_flower, log_failure
 from fedhet.report.listeners import run_listeners
@@ -68,6 +70,7 @@ class FlowerTransport(Transport):
         num_clients: int,
         round_timeout: float = ROUND_TIMEOUT,
         connect_timeout: float = CONNECT_TIMEOUT,
+        model_keys: Sequence[str] = (),
     ) -> None:
         self.grid = grid
         self.run_record = run_record
@@ -77,6 +80,15 @@ class FlowerTransport(Transport):
         self._timing: dict[str, float] = {}
         self.node_of: dict[int, int] = {}  # client id -> Flower node id
         self.refused: dict[int, str] = {}  # node id -> why it was refused
+        #: what each client's node keeps between rounds (checkpointed; a resumed run's nodes have lost it)
+        self.nodes = NodeState()
+        self.model_keys = list(model_keys)
+
+    def state_dict(self) -> dict[str, Any]:
+        return self.nodes.state_dict()
+
+    def load_state_dict(self, sd: dict[str, Any]) -> None:
+        self.nodes.load_state_dict(sd)
 
     # -- round 0 --------------------------------------------------------------------------------------
     def wait_for_nodes(self) -> list[int]:
@@ -166,6 +178,7 @@ class FlowerTransport(Transport):
             if node not in connected:
                 failures[cid] = f"node {node} is no longer connected"
                 continue
+            self.nodes.check(rnd, cid, instructions[cid], self.model_keys, f"client {cid}")
             client_of[node] = cid
             messages.append(
                 Message(
@@ -178,14 +191,18 @@ class FlowerTransport(Transport):
         encoded = time.perf_counter()
         answers = list(self.grid.send_and_receive(messages, timeout=self.round_timeout))
         exchanged = time.perf_counter()
+        # an answer is matched by the message it replies to: Flower's SuperLink itself answers for a node it
+        # marked offline (NODE_UNAVAILABLE, from its own node id)
+        sent = {m.metadata.message_id: m.metadata.dst_node_id for m in messages}
         replies: dict[int, Reply] = {}
         handler_s, work_s = [], []
         for msg in answers:
-            cid = client_of.get(msg.metadata.src_node_id)
+            node = sent.get(msg.metadata.reply_to_message_id, msg.metadata.src_node_id)
+            cid = client_of.get(node)
             if cid is None:
                 continue
             if msg.has_error():
-                failures[cid] = msg.error.reason
+                failures[cid] = error_reason(msg, node)
                 continue
             try:
                 replies[cid] = content_to_reply(msg.content)
@@ -198,6 +215,7 @@ class FlowerTransport(Transport):
         for cid in client_of.values():
             if cid not in replies and cid not in failures:
                 failures[cid] = f"no reply within {self.round_timeout:g} s"
+            self.nodes.sent(cid, instructions[cid], answered=cid in replies)
         self._timing = {
             "flower_encode_s": encoded - started,
             "flower_exchange_s": exchanged - encoded,
@@ -230,6 +248,9 @@ class FlowerServer(RoundLoop):
     ) -> None:
         super().__init__(cfg, strategy, **kwargs)
         self.grid = grid
+        #: the last finished round's state, saved if the run stops before its next checkpoint
+        self.stop_saver = SaveOnStop(self)
+        self.listeners.insert(0, self.stop_saver)
         self.round_timeout = round_timeout
         self.connect_timeout = connect_timeout
         #: The nodes read their own tables: the encoding and statistics come from their reports.
@@ -268,6 +289,7 @@ class FlowerServer(RoundLoop):
             num_clients=self.cfg.data.clients,
             round_timeout=self.round_timeout,
             connect_timeout=self.connect_timeout,
+            model_keys=list(self.template.state_dict()),
         )
 
     def client(self, cid: int) -> str:
@@ -277,15 +299,26 @@ class FlowerServer(RoundLoop):
         node = transport.node_of.get(cid) if transport is not None else None
         return super().client(cid) + (f" (node {node})" if node is not None else "")
 
-    def run(self) -> dict[str, Any]:
-        summary = super().run()
-        if self.run_dir is not None:
+    def setup(self) -> None:
+        if self.resume and self.run_dir is not None:  # before any data is built or a node asked
+            check_resume(self.run_dir, self.cfg)
+        super().setup()
+        if self.run_dir is not None:  # once the nodes described themselves; it marks a Flower run's folder
             nodes = {
                 "clients": {str(c): n for c, n in sorted(self.transport.node_of.items())},
                 "refused": {str(n): r for n, r in {**self.table_refused, **self.transport.refused}.items()},
             }
-            (self.run_dir / "flower_nodes.json").write_text(json.dumps(nodes, indent=2))
-        return summary
+            write_atomic(self.run_dir / FLOWER_NODES_FILE, json.dumps(nodes, indent=2))
+
+    def _train_rounds(self) -> None:
+        try:
+            super()._train_rounds()
+        except TrainingDivergedError:  # a result: the run ends as diverged, from the state it stopped in
+            raise
+        except BaseException:  # flwr stop, the SuperLink gone, an error: keep the last finished round
+            if (saved := self.stop_saver.save()) is not None:
+                log.warning("the run stopped; round %d is saved: resume=true continues after it", saved)
+            raise
 
 
 def make_server_app(
@@ -298,6 +331,7 @@ def make_server_app(
     progress: Callable[..., None] | None = None,
     on_summary: Callable[[dict[str, Any]], None] | None = None,
     overwrite: bool = False,
+    resume: bool = False,
     log_to_flower: bool | None = None,
 ) -> ServerApp:
     """A ServerApp that runs one fedhet experiment.
@@ -305,9 +339,11 @@ def make_server_app(
     With ``cfg`` (Flower simulation from Python) it runs that config; otherwise it reads the run config of
     ``flwr run``: ``config`` (a fedhet TOML, relative to ``app_dir``), ``run-dir`` (a relative one resolves
     against the folder the SuperLink was started in), ``round-timeout``, ``connect-timeout``, ``node-tables``
-    (the nodes read their own tables: ``fedhet.flower.site_tables``). With ``log_to_flower`` (the default
-    when ``cfg`` is None: a ``flwr run``) each round's line, the end of the run and fedhet's warnings go to
-    Flower's log (``flwr run --stream``, ``flwr log``; ``fedhet.flower.server_log``).
+    (the nodes read their own tables: ``fedhet.flower.site_tables``), ``overwrite`` (replace what
+    ``run-dir`` holds) and ``resume`` (continue the stopped run in ``run-dir`` from its last checkpoint;
+    ``fedhet.flower.lifecycle``), as the keywords ``overwrite`` and ``resume`` do. With ``log_to_flower``
+    (the default when ``cfg`` is None: a ``flwr run``) each round's line, the end of the run and fedhet's
+    warnings go to Flower's log (``flwr run --stream``, ``flwr log``; ``fedhet.flower.server_log``).
     """
     app = ServerApp()
     to_flower = cfg is None if log_to_flower is None else log_to_flower
@@ -332,6 +368,13 @@ def make_server_app(
         from fedhet.experiment import needs_reference, reference_reason, standalone_accuracies
 
         run_config = dict(context.run_config)
+        replace = overwrite or run_config_flag(run_config, "overwrite")
+        again = resume or run_config_flag(run_config, "resume")
+        if replace and again:
+            raise ConfigError(
+                "resume and overwrite exclude each other: resume=true continues the stopped run in run-dir, "
+                "overwrite=true starts it again"
+            )
         config = cfg if cfg is not None else _config_from_run_config(run_config, app_dir)
         from fedhet.algorithms import build_strategy
 
@@ -369,7 +412,8 @@ def make_server_app(
             progress=progress,
             reference_contributions=reference,
             listeners=listeners,
-            overwrite=overwrite or bool(run_config.get("overwrite", False)),
+            overwrite=replace,
+            resume=again,
             round_timeout=float(run_config.get("round-timeout", ROUND_TIMEOUT)),
             connect_timeout=float(run_config.get("connect-timeout", CONNECT_TIMEOUT)),
             node_tables=node_tables,
