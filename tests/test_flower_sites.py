@@ -5,6 +5,7 @@ docs/flower.md run as written (TLS, three SuperNodes reading their own CSV files
 from __future__ import annotations
 
 import json
+import logging
 import os
 import re
 import shutil
@@ -378,3 +379,82 @@ def test_a_parquet_table_with_a_client_column_is_exported_and_encoded_at_its_sit
         assert np.array_equal(labels, ds.train_y[client.indices].numpy())
     test_x, test_y = st.encode_rows(test, encoding, "test")
     assert np.array_equal(test_x, ds.test_x.numpy()) and np.array_equal(test_y, ds.test_y.numpy())
+
+
+# -- imputation at the nodes ---------------------------------------------------------------------------------
+def blank_cells(path: Path, column: str, rows: list[int], marker: str = "NA") -> list[float]:
+    """Replace ``column``'s cells of data ``rows`` (from 0 after the header) in a CSV by ``marker``; returns
+    the values that stay (the column's present values, as the file writes them)."""
+    lines = path.read_text().splitlines()
+    j = lines[0].split(",").index(column)
+    kept = []
+    for i in range(1, len(lines)):
+        cells = lines[i].split(",")
+        if i - 1 in rows:
+            cells[j] = marker
+        else:
+            kept.append(float(cells[j]))
+        lines[i] = ",".join(cells)
+    path.write_text("\n".join(lines) + "\n")
+    return kept
+
+
+@pytest.mark.numerics
+@pytest.mark.parametrize("strategy", ["median", "mean", "most_frequent"])
+def test_nodes_reading_tables_with_missing_cells_impute_as_the_embedded_engine(tmp_path, strategy, caplog):
+    """Three nodes read their own CSV files with NA cells (alcohol missing at two sites, malic_acid only in
+    the server's test rows); with data.impute the server works the fill values out with the nodes' answers
+    (the real FlowerServer and ClientApp, carried by the loopback Grid). The fill values are the pooled
+    present values' statistic computed here with numpy, and the run's metrics lines are the embedded run's on
+    the same folder, byte for byte."""
+    from fedhet.algorithms import build_strategy
+    from fedhet.flower.client import make_client_app
+    from fedhet.flower.server import FlowerServer
+    from flower_loopback import LoopbackGrid, server_identity
+
+    write_site_tables(tmp_path / "table")
+    train = tmp_path / "table" / "train"
+    alcohol = blank_cells(train / "alpha.csv", "alcohol", [0, 3])
+    alcohol += blank_cells(train / "beta.csv", "alcohol", [])
+    alcohol += blank_cells(train / "gamma.csv", "alcohol", [1], marker="n/a")
+    malic = [
+        v for site in ("alpha", "beta", "gamma") for v in blank_cells(train / f"{site}.csv", "malic_acid", [])
+    ]
+    blank_cells(tmp_path / "table" / "test.csv", "malic_acid", [2])
+    cfg = ExperimentConfig()
+    d = cfg.data
+    d.dataset, d.path, d.split, d.clients = "csv", str(tmp_path / "table"), "sites", 3
+    d.categorical_columns, d.impute, d.missing_indicator = ["grade"], strategy, True
+    cfg.model.name, cfg.train.rounds, cfg.train.threads, cfg.eval.fairness = "tabular-mlp", 2, 1, False
+    nodes = {
+        101 + cid: (make_client_app(), {"client-id": cid, "data-path": str(train / f"{site}.csv")})
+        for cid, site in enumerate(("alpha", "beta", "gamma"))
+    }
+    server = FlowerServer(
+        cfg, build_strategy("fedavg", {}), LoopbackGrid(nodes), run_dir=tmp_path / "flower",
+        connect_timeout=0, node_tables=True,
+    )  # fmt: skip
+    with server_identity(), caplog.at_level(logging.WARNING, logger="fedhet"):
+        server.run()
+
+    def expected(values: list[float]) -> float:  # the statistic of the pooled present float32 values
+        v = np.asarray(values, dtype=np.float32).astype(np.float64)
+        if strategy == "mean":
+            return float(v.mean())
+        if strategy == "median":
+            return float(np.median(v))
+        distinct, counts = np.unique(v, return_counts=True)
+        return float(distinct[np.argmax(counts)])  # the smallest of the most frequent
+
+    encoding = server.table_encoding
+    assert set(encoding.fills) == {"alcohol", "malic_acid"} and encoding.indicators == ("alcohol",)
+    assert encoding.fills["alcohol"] == pytest.approx(expected(alcohol), rel=1e-12)
+    assert encoding.fills["malic_acid"] == pytest.approx(expected(malic), rel=1e-12)
+    said = caplog.text
+    assert "imputed column 'alcohol'" in said and "client 0 2, client 1 0, client 2 1; test rows 0" in said
+    assert "alcohol=missing" in encoding.feature_names
+    assert encoding.feature_names == build_federation(cfg, torch.device("cpu")).dataset.feature_names
+    make_simulation(cfg, run_dir=tmp_path / "embedded").run()
+    flower_lines = (tmp_path / "flower" / "metrics.jsonl").read_bytes()
+    assert len(flower_lines.splitlines()) == 2  # two rounds
+    assert flower_lines == (tmp_path / "embedded" / "metrics.jsonl").read_bytes()

@@ -172,8 +172,11 @@ def _read_site_table(path: str) -> tuple[dict[str, Any], str]:
 
 def table_report(message: Message, context: Context) -> Message:
     """The first exchange of a run whose nodes hold their own tables: what this node's table holds (per
-    numeric column its sums, per categorical column its levels, its label counts; never a row)."""
-    from fedhet.data.datasets.site_tables import site_report
+    numeric column its sums, per categorical column its levels, its label counts; never a row). With
+    data.impute, the server's further questions (``table-query``: value counts or counts at most a
+    threshold of its numeric columns, then its report on its rows filled with the fill values)."""
+    from fedhet.data.datasets.site_imputation import site_answer
+    from fedhet.data.datasets.site_tables import site_numeric_values, site_report
 
     run = dict(message.content[RUN_RECORD])
     cfg = load_config_text(str(run["config"]))
@@ -186,13 +189,12 @@ def table_report(message: Message, context: Context) -> Message:
     cid = _client_id(node_config, "data-path")
     columns, source = _read_site_table(str(node_config["data-path"]))
     d = cfg.data
-    report = site_report(
-        columns,
-        label=d.label_column,
-        client=d.client_column,
-        categorical=d.categorical_columns,
-        source=source,
-    )
+    query = json.loads(str(run["table-query"])) if "table-query" in run else {"kind": "report"}
+    options = {"label": d.label_column, "client": d.client_column, "categorical": d.categorical_columns}
+    if query.get("kind") == "report":
+        report = site_report(columns, **options, source=source, impute=d.impute, fills=query.get("fills"))
+    else:
+        report = site_answer(site_numeric_values(columns, **options, source=source), query)
     content = RecordDict()
     content[NODE_RECORD] = ConfigRecord({"client-id": cid})
     content[TABLE_RECORD] = ConfigRecord({"json": json.dumps(report)})

@@ -9,6 +9,12 @@ encoding (the union of the sites' level sets, the classes) and the per-feature m
 embedded engine computes on the same rows, encodes its own test table with them, and sends the encoding and
 the statistics to the nodes in the run description, with which each node encodes and standardises its rows.
 
+With ``data.impute`` the server first works out each column's fill value with the nodes (their missing
+cells and present sums in the report; value counts or, for the median, counts at most a threshold in
+further ``table-query`` exchanges: ``fedhet.data.datasets.site_imputation``), sends the fill values, and takes
+the nodes' reports on their filled rows for the statistics; the encoding carries the fill values and the
+missing indicators, so every node and the server's test rows are filled alike.
+
 The server holds no training row: methods that need a validation split or the clients' standalone
 accuracies (fairness metrics) are refused, naming the setting to change.
 """
@@ -26,6 +32,7 @@ from flwr.app import ConfigRecord, Message, MessageType, RecordDict
 from flwr.serverapp import Grid
 
 from fedhet.config import ExperimentConfig, to_toml
+from fedhet.data.datasets.site_imputation import ImputationPlan
 from fedhet.engine.seeds import derived_rng
 from fedhet.engine.simulation import Federation
 from fedhet.errors import ConfigError, FedhetError, ProtocolError
@@ -62,23 +69,105 @@ def check_node_tables(cfg: ExperimentConfig) -> None:
             f"data.validation_fraction = {d.validation_fraction:g} of them; set it to 0 (a method that needs "
             "a validation split cannot run on tables the nodes keep)"
         )
-    impute = getattr(d, "impute", None)
-    if impute not in (None, "", "none", False):
-        raise ConfigError(
-            f"node-tables = true: data.impute = {impute!r} is not done at deployment nodes yet; fill the "
-            "missing cells at each site before the run, and unset data.impute"
+
+
+class TableReports(dict):
+    """The nodes' table reports by client id, and the imputation the server worked out with them."""
+
+    imputation: ImputationPlan | None = None
+
+
+def _messages(cfg: ExperimentConfig, nodes: list[int], query: dict[str, Any] | None) -> list[Message]:
+    run = {"config": to_toml(cfg), "table-report": True}
+    if query is not None:
+        run["table-query"] = json.dumps(query)
+    return [
+        Message(
+            RecordDict({RUN_RECORD: ConfigRecord(run)}),
+            dst_node_id=n,
+            message_type=MessageType.QUERY,
+            group_id="0",
         )
+        for n in nodes
+    ]
+
+
+def _ask(
+    grid: Grid, node_of: dict[int, int], cfg: ExperimentConfig, query: dict[str, Any], timeout: float
+) -> dict[int, Any]:
+    """Every reporting node's answer to one table query, by client id; a node that fails to answer stops
+    the run (the fill values need every site that reported)."""
+    client_of = {n: c for c, n in node_of.items()}
+    answers: dict[int, Any] = {}
+    for msg in grid.send_and_receive(_messages(cfg, sorted(client_of), query), timeout=timeout):
+        node = msg.metadata.src_node_id
+        if msg.has_error():
+            raise ProtocolError(
+                f"node {node} (client {client_of.get(node)}) did not answer the server's imputation query "
+                f"{query['kind']!r}: {msg.error.reason}"
+            )
+        answers[client_of[node]] = json.loads(str(msg.content[TABLE_RECORD]["json"]))
+    silent = sorted(set(node_of) - set(answers))
+    if silent:
+        raise ProtocolError(
+            f"clients {silent} did not answer the server's imputation query {query['kind']!r} within "
+            f"{timeout:g} s; data.impute needs every site that reported its table"
+        )
+    return answers
+
+
+def server_test_table(cfg: ExperimentConfig) -> tuple[dict[str, np.ndarray], tuple[str, ...] | None]:
+    """The server's own test rows (label column named as the run's) and, for scikit-learn's tables, their
+    classes."""
+    from fedhet.data.datasets import site_tables as st
+
+    d = cfg.data
+    if d.dataset in st.SKLEARN_TABLES:
+        _, test = st.sklearn_table_columns(d.dataset)
+        test[d.label_column] = test.pop("label")
+        return test, st.sklearn_classes(d.dataset)
+    return st.server_test_columns(d.path, d.test_path, "the sites' tables"), None
+
+
+def _impute(
+    grid: Grid, node_of: dict[int, int], cfg: ExperimentConfig, reports: dict[int, Any], timeout: float
+) -> TableReports:
+    """data.impute at the nodes: the fill values from their answers, then their reports on the filled rows."""
+    from fedhet.data.datasets.imputation import Imputed, log_imputed
+    from fedhet.data.datasets.site_imputation import plan_imputation
+    from fedhet.data.formats import tables
+
+    d = cfg.data
+    test, _ = server_test_table(cfg)
+    test_missing = {}
+    for name, values in test.items():
+        numbers = tables._as_numbers(np.asarray(values))
+        if numbers is not None:
+            test_missing[name] = int(np.count_nonzero(np.isnan(numbers)))
+    plan = plan_imputation(
+        reports,
+        test_missing,
+        d.impute,
+        d.missing_indicator,
+        lambda query: _ask(grid, node_of, cfg, query, timeout),
+    )
+    for name, fill in plan.fills.items():
+        cells = {f"client {c}": n for c, n in plan.train_cells[name].items()}
+        item = Imputed(name, float(np.float32(fill)), cells, plan.test_cells[name], name in plan.indicators)
+        log_imputed(item, d.impute, "the nodes' tables")
+    out = TableReports(
+        _ask(grid, node_of, cfg, {"kind": "report", "fills": plan.fills}, timeout) if plan.fills else reports
+    )
+    out.imputation = plan
+    return out
 
 
 def collect_table_reports(
     grid: Grid, nodes: list[int], cfg: ExperimentConfig, num_clients: int, timeout: float
 ) -> tuple[dict[int, dict[str, Any]], dict[int, str]]:
-    """Each node's report on its table, by client id; and the nodes that failed, with why."""
-    run = ConfigRecord({"config": to_toml(cfg), "table-report": True})
-    messages = [
-        Message(RecordDict({RUN_RECORD: run}), dst_node_id=n, message_type=MessageType.QUERY, group_id="0")
-        for n in nodes
-    ]
+    """Each node's report on its table, by client id (with data.impute, on its rows filled with the fill
+    values the server worked out with the nodes); and the nodes that failed, with why."""
+    messages = _messages(cfg, nodes, None)
     reports: dict[int, dict[str, Any]] = {}
     node_of: dict[int, int] = {}
     refused: dict[int, str] = {}
@@ -102,6 +191,8 @@ def collect_table_reports(
         log.warning(
             "clients %s sent no table report: the encoding and the statistics are the other sites'", missing
         )
+    if cfg.data.impute is not None and reports:
+        return _impute(grid, node_of, cfg, reports, timeout), refused
     return reports, refused
 
 
@@ -113,15 +204,14 @@ def table_federation(
     from fedhet.data.datasets import site_tables as st
 
     d = cfg.data
-    source = "the sites' tables"
-    classes = None
-    if d.dataset in st.SKLEARN_TABLES:
-        _, test = st.sklearn_table_columns(d.dataset)
-        test[d.label_column] = test.pop("label")
-        classes = st.sklearn_classes(d.dataset)
-    else:
-        test = st.server_test_columns(d.path, d.test_path, source)
-    encoding, mean, std = st.combine_site_reports(reports, test, label=d.label_column, classes=classes)
+    test, classes = server_test_table(cfg)
+    encoding, mean, std = st.combine_site_reports(
+        reports,
+        test,
+        label=d.label_column,
+        classes=classes,
+        imputation=getattr(reports, "imputation", None),
+    )
     test_x, test_y = st.encode_rows(test, encoding, "the server's test table")
     width = len(encoding.feature_names)
     ds = Dataset(

@@ -41,6 +41,17 @@ class Imputed:
     indicator: bool
 
 
+def log_imputed(item: Imputed, strategy: str, source: str) -> None:
+    """The line a run prints for one imputed column (a warning: the run's data are not the files' cells)."""
+    per_site = ", ".join(f"{site} {n}" for site, n in item.train_cells.items())
+    log.warning(
+        "%s: imputed column %r with the %s of the sites' training rows, %.6g: missing cells per "
+        "site: %s; test rows %d%s",
+        source, item.column, strategy.replace("_", " "), item.fill_value, per_site, item.test_cells,
+        f"; indicator feature {item.column + INDICATOR_SUFFIX!r} added" if item.indicator else "",
+    )  # fmt: skip
+
+
 def check_impute_options(impute: str | None, missing_indicator: bool) -> None:
     """Refuse an unknown strategy, or an indicator asked for without imputation (the error names the fix)."""
     if impute is not None and impute not in IMPUTE_STRATEGIES:
@@ -107,13 +118,7 @@ def impute_table(
             "column whose level is named so, or drop data.missing_indicator"
         )
     for item in done:
-        per_site = ", ".join(f"{site} {n}" for site, n in item.train_cells.items())
-        log.warning(
-            "%s: imputed column %r with the %s of the sites' training rows, %.6g: missing cells per "
-            "site: %s; test rows %d%s",
-            source, item.column, strategy.replace("_", " "), item.fill_value, per_site, item.test_cells,
-            f"; indicator feature {item.column + INDICATOR_SUFFIX!r} added" if item.indicator else "",
-        )  # fmt: skip
+        log_imputed(item, strategy, source)
     imputed = replace(
         encoded,
         train_x=np.ascontiguousarray(np.stack(train_cols, axis=1), dtype=np.float32),

@@ -14,23 +14,29 @@ engine's ``encode_table`` and federated standardisation compute on the same rows
 - per-feature mean and std from the reports, summed in client-id order
   (``fedhet.data.datasets.standardization``).
 
+With ``data.impute``, missing numbers are filled with the federation's fill values, which the server works
+out with the nodes (``fedhet.data.datasets.site_imputation``) before the standardisation's sums.
+
 Refused, naming the column and the fix: a column numeric at one site and not at another (list it in
-``data.categorical_columns``), missing numbers (fedhet does not impute at a node), sites whose columns differ.
+``data.categorical_columns``), missing numbers without ``data.impute``, sites whose columns differ.
 """
 
 from __future__ import annotations
 
 import os
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from fedhet.data.datasets.imputation import INDICATOR_SUFFIX
+from fedhet.data.datasets.site_imputation import ImputationPlan, present_values
 from fedhet.data.datasets.standardization import (
     FeatureStatistics,
     client_feature_statistics,
+    client_present_sum,
     combine_feature_statistics,
 )
 from fedhet.data.formats import tables
@@ -64,17 +70,19 @@ def _features(columns: Mapping[str, Any], label: str, client: str | None, source
     return features
 
 
-def site_report(
+def _site_columns(
     columns: Mapping[str, np.ndarray],
     *,
     label: str,
-    client: str | None = None,
-    categorical: Sequence[str] = (),
-    source: str = "site table",
-) -> dict[str, Any]:
-    """What a node tells the server about its own table (JSON values; no row leaves the node)."""
+    client: str | None,
+    categorical: Sequence[str],
+    source: str,
+    keep_missing: bool,
+) -> tuple[list[str], dict[str, np.ndarray], dict[str, list[str]]]:
+    """A site's feature columns, its numeric ones as float64 (NaN = missing, refused unless
+    ``keep_missing``) and its categorical ones' level sets."""
     features = _features(columns, label, client, source)
-    numeric, blocks, levels, problems = [], [], {}, []
+    numbers_of, levels, problems = {}, {}, []
     for name in features:
         values = np.asarray(columns[name])
         numbers = None if name in categorical else tables._as_numbers(values)
@@ -83,17 +91,59 @@ def site_report(
                 problems += tables._mostly_numbers(name, values, np.array([], dtype=object), None, ())
             levels[name] = sorted(set(tables._categories(values).tolist()))
             continue
-        problem = tables._missing_numbers(name, numbers, "this site's rows", None, ())
+        problem = tables._missing_numbers(name, numbers, "this site's rows", None, (), keep_missing)
         if problem:
             problems.append(problem)
-        numeric.append(name)
-        blocks.append(numbers[:, None])
+        numbers_of[name] = numbers
     if problems:
-        raise DataError(
-            f"{source}: {'; '.join(problems)} (rows count from 0 after the header); fedhet does not impute "
-            "at a deployment node: fill them or drop those rows, and list a column of categories in "
-            "data.categorical_columns"
+        fix = (
+            "fill them or drop those rows (inf is never imputed)"
+            if keep_missing
+            else "set data.impute = 'mean', 'median' or 'most_frequent' to fill them, or fill them or drop "
+            "those rows"
         )
+        raise DataError(
+            f"{source}: {'; '.join(problems)} (rows count from 0 after the header): {fix}, and list a column "
+            "of categories in data.categorical_columns"
+        )
+    return features, numbers_of, levels
+
+
+def site_numeric_values(
+    columns: Mapping[str, np.ndarray],
+    *,
+    label: str,
+    client: str | None = None,
+    categorical: Sequence[str] = (),
+    source: str = "site table",
+) -> dict[str, np.ndarray]:
+    """A site's numeric columns as the run keeps them (float32 values as float64; NaN = missing): what a
+    node answers the server's imputation queries from (``fedhet.data.datasets.site_imputation``)."""
+    _, numbers_of, _ = _site_columns(
+        columns, label=label, client=client, categorical=categorical, source=source, keep_missing=True
+    )
+    return {name: present_values(numbers) for name, numbers in numbers_of.items()}
+
+
+def site_report(
+    columns: Mapping[str, np.ndarray],
+    *,
+    label: str,
+    client: str | None = None,
+    categorical: Sequence[str] = (),
+    source: str = "site table",
+    impute: str | None = None,
+    fills: Mapping[str, float] | None = None,
+) -> dict[str, Any]:
+    """What a node tells the server about its own table (JSON values; no row leaves the node).
+
+    Missing numbers are refused unless ``impute`` names a strategy: the report then also holds, per numeric
+    column, its missing cells (``missing``) and the sum of its present values (``present_sum``); its sums
+    for the standardisation count only once ``fills`` (the server's fill values, by column) fill the cells."""
+    features, numbers_of, levels = _site_columns(
+        columns, label=label, client=client, categorical=categorical, source=source,
+        keep_missing=impute is not None,
+    )  # fmt: skip
     labels = np.asarray(columns[label])
     missing = [i for i, v in enumerate(labels) if tables._is_missing(v)]
     if missing:
@@ -101,20 +151,33 @@ def site_report(
             f"{source}: the label column {label!r} is empty in rows {missing[:5]}; every row needs a class"
         )
     rows = len(labels)
+    numeric = [name for name in features if name in numbers_of]
+    report: dict[str, Any] = {"rows": rows, "columns": features, "numeric": numeric}
+    if impute is not None:
+        values = {name: present_values(numbers_of[name]) for name in numeric}
+        report["missing"] = {name: int(np.count_nonzero(np.isnan(values[name]))) for name in numeric}
+        report["present_sum"] = {name: client_present_sum(values[name]).total for name in numeric}
+    blocks = []
+    for name in numeric:
+        numbers = numbers_of[name]
+        if fills and name in fills:
+            numbers = np.where(np.isnan(numbers), float(fills[name]), numbers)
+        blocks.append(numbers[:, None])
     # float32, as the features are kept, in one (N, F) block as the embedded engine sums them
     block = np.concatenate(blocks, axis=1).astype(np.float32) if blocks else np.zeros((rows, 0), np.float32)
     stats = client_feature_statistics(block)
-    return {
-        "rows": rows,
-        "columns": features,
-        "numeric": numeric,
-        "sum": [float(v) for v in stats.total],
-        "sum_sq": [float(v) for v in stats.total_sq],
-        "levels": levels,
-        "labels": {
-            str(v): int(n) for v, n in zip(*np.unique(labels.astype(str), return_counts=True), strict=True)
-        },
-    }
+    report.update(
+        {
+            "sum": [float(v) for v in stats.total],
+            "sum_sq": [float(v) for v in stats.total_sq],
+            "levels": levels,
+            "labels": {
+                str(v): int(n)
+                for v, n in zip(*np.unique(labels.astype(str), return_counts=True), strict=True)
+            },
+        }
+    )
+    return report
 
 
 @dataclass(frozen=True)
@@ -126,6 +189,9 @@ class TableEncoding:
     columns: tuple[str, ...]
     vocabularies: Mapping[str, tuple[str, ...]]
     classes: tuple[str, ...]
+    #: data.impute's fill value of each numeric column to fill, and the columns with a missing indicator
+    fills: Mapping[str, float] = field(default_factory=dict)
+    indicators: tuple[str, ...] = ()
 
     @property
     def feature_names(self) -> tuple[str, ...]:
@@ -133,6 +199,8 @@ class TableEncoding:
         for name in self.columns:
             vocab = self.vocabularies.get(name)
             out.extend([name] if vocab is None else [f"{name}={v}" for v in vocab])
+            if name in self.indicators:
+                out.append(name + INDICATOR_SUFFIX)
         return tuple(out)
 
     @property
@@ -141,6 +209,8 @@ class TableEncoding:
         for name in self.columns:
             vocab = self.vocabularies.get(name)
             out.extend([True] if vocab is None else [False] * len(vocab))
+            if name in self.indicators:
+                out.append(False)  # a 0/1 indicator is not standardised, as a one-hot column
         return tuple(out)
 
     def to_json(self) -> dict[str, Any]:
@@ -149,6 +219,8 @@ class TableEncoding:
             "columns": list(self.columns),
             "vocabularies": {k: list(v) for k, v in self.vocabularies.items()},
             "classes": list(self.classes),
+            "fills": dict(self.fills),
+            "indicators": list(self.indicators),
         }
 
     @classmethod
@@ -158,6 +230,8 @@ class TableEncoding:
             columns=tuple(data["columns"]),
             vocabularies={k: tuple(v) for k, v in data["vocabularies"].items()},
             classes=tuple(data["classes"]),
+            fills={k: float(v) for k, v in data.get("fills", {}).items()},
+            indicators=tuple(data.get("indicators", ())),
         )
 
 
@@ -177,12 +251,18 @@ def encode_rows(
             blocks.append((cats[:, None] == np.array(vocab, dtype=object)[None]).astype(np.float64))
             continue
         numbers = tables._as_numbers(np.asarray(columns[name]))
+        missing = None if numbers is None or name not in encoding.fills else np.isnan(numbers)
+        if missing is not None:  # filled with the federation's value, as the embedded engine fills
+            numbers = np.where(missing, encoding.fills[name], numbers)
         if numbers is None or not np.all(np.isfinite(numbers)):
             raise DataError(
                 f"{source}: column {name!r} holds values that are not numbers, or missing ones; the run "
                 "reads it as a numeric column"
+                + ("" if encoding.fills else " (set data.impute to fill missing ones)")
             )
         blocks.append(numbers[:, None])
+        if name in encoding.indicators:
+            blocks.append((missing if missing is not None else np.zeros(len(numbers), bool))[:, None] * 1.0)
     x = np.ascontiguousarray(np.concatenate(blocks, axis=1), dtype=np.float32)
     try:
         y = tables._label_indices(np.asarray(columns[encoding.label]), encoding.classes)
@@ -201,10 +281,12 @@ def combine_site_reports(
     label: str,
     classes: Sequence[str] | None = None,
     source: str = "the sites' tables",
+    imputation: ImputationPlan | None = None,
 ) -> tuple[TableEncoding, tuple[float, ...], tuple[float, ...]]:
     """The run's encoding and per-feature mean and std from the nodes' reports (by client id) and the
     server's test rows; ``classes`` fixes the classes (a named data set's), else they are the sorted
-    distinct label values of the sites and the test rows, as ``encode_table`` makes them."""
+    distinct label values of the sites and the test rows, as ``encode_table`` makes them. ``imputation``:
+    the fill values and indicators of ``data.impute`` (the reports' sums then count the filled cells)."""
     if not reports:
         raise DataError(f"{source}: no node reported its table")
     first = min(reports)
@@ -244,7 +326,10 @@ def combine_site_reports(
     if classes is None:
         classes = tables._label_classes(site_labels, test_labels, label, source)
         tables._refuse_unseen_classes(site_labels, test_labels, tuple(classes), label, source)
-    encoding = TableEncoding(label, tuple(order), vocabularies, tuple(str(c) for c in classes))
+    plan = imputation or ImputationPlan(strategy="")
+    encoding = TableEncoding(
+        label, tuple(order), vocabularies, tuple(str(c) for c in classes), dict(plan.fills), plan.indicators
+    )
     for cid, report in sorted(reports.items()):
         try:
             tables._label_indices(np.array(list(report["labels"]), dtype=object), encoding.classes)

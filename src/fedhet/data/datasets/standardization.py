@@ -16,7 +16,7 @@ answers how many of its values are <= a threshold the server sends (:func:`clien
 from __future__ import annotations
 
 import struct
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Generator, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -133,6 +133,20 @@ def _from_order_key(key: int) -> float:
     return struct.unpack("<d", struct.pack("<q", bits))[0]
 
 
+def order_statistic_search(k: int) -> Generator[float, int, float]:
+    """The bisection of :func:`federated_order_statistic` as a generator: it yields each threshold t, is sent
+    back how many present values of all clients are <= t, and returns the k-th smallest present value (k
+    from 0). A server asking many columns at once runs one per column in lockstep, one exchange per step."""
+    low, high = _order_key(-np.finfo(np.float64).max), _order_key(np.finfo(np.float64).max)
+    while low < high:
+        middle = (low + high) // 2
+        if (yield _from_order_key(middle)) >= k + 1:
+            high = middle
+        else:
+            low = middle + 1
+    return _from_order_key(low)
+
+
 def federated_order_statistic(k: int, count_at_most: Callable[[float], int]) -> float:
     """The k-th smallest present value (k from 0) over all clients, from counts alone.
 
@@ -141,14 +155,24 @@ def federated_order_statistic(k: int, count_at_most: Callable[[float], int]) -> 
     client for a value or a range, and ends on the exact value after at most 64 questions: the smallest t
     with at least k + 1 values <= t is a value some client holds.
     """
-    low, high = _order_key(-np.finfo(np.float64).max), _order_key(np.finfo(np.float64).max)
-    while low < high:
-        middle = (low + high) // 2
-        if count_at_most(_from_order_key(middle)) >= k + 1:
-            high = middle
-        else:
-            low = middle + 1
-    return _from_order_key(low)
+    search = order_statistic_search(k)
+    try:
+        threshold = next(search)
+        while True:
+            threshold = search.send(count_at_most(threshold))
+    except StopIteration as done:
+        return float(done.value)
+
+
+def median_ranks(count: int) -> tuple[int, ...]:
+    """The ranks (from 0) of the middle value(s) of ``count`` present values: one when odd, two when even."""
+    return ((count - 1) // 2,) if count % 2 else ((count - 1) // 2, count // 2)
+
+
+def median_of(middle: Sequence[float]) -> float:
+    """The median from the middle value(s) :func:`median_ranks` names: the value, or the mean of the two (as
+    numpy's median)."""
+    return middle[0] if len(middle) == 1 else (middle[0] + middle[1]) / 2
 
 
 def federated_median(sites: Sequence[np.ndarray]) -> float:
@@ -163,10 +187,7 @@ def federated_median(sites: Sequence[np.ndarray]) -> float:
     def count_at_most(threshold: float) -> int:
         return sum(client_count_at_most(values, threshold) for values in sites)
 
-    lower = federated_order_statistic((count - 1) // 2, count_at_most)
-    if count % 2:
-        return lower
-    return (lower + federated_order_statistic(count // 2, count_at_most)) / 2
+    return median_of([federated_order_statistic(k, count_at_most) for k in median_ranks(count)])
 
 
 def federated_fill_value(sites: Sequence[np.ndarray], strategy: str) -> float:
