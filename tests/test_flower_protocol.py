@@ -328,3 +328,58 @@ def test_fedhets_own_log_records_reach_flowers_log_only_where_nothing_else_shows
     with fedhet_log_to_flower():  # pytest's handler shows fedhet's records: nothing is sent twice
         logging.getLogger("fedhet.flower").warning("shown once")
     assert [r.name for r in caplog.records] == ["fedhet.flower"]
+
+
+# -- CELM's warm-up without replies ------------------------------------------------------------------------
+def _fedhet_nodes(cfg, silent: Callable[[int, int], bool]) -> LoopbackGrid:
+    """fedhet's own ClientApp on nodes 101..103 (client i on 101 + i, Flower simulation style), answering
+    a train message with an error where ``silent(client, round)``: as a node that failed, no update."""
+    from flwr.app import Error
+
+    from fedhet.flower.client import make_client_app
+
+    def node(cid: int) -> ClientApp:
+        inner, app = make_client_app(), ClientApp()
+
+        @app.query()
+        def describe(message: Message, context) -> Message:
+            return inner(message, context)
+
+        @app.train()
+        def train(message: Message, context) -> Message:
+            if silent(cid, int(message.metadata.group_id)):
+                return Message(Error(code=0, reason="no update this round"), reply_to=message)
+            return inner(message, context)
+
+        return app
+
+    return LoopbackGrid({101 + c: (node(c), {"partition-id": c, "num-partitions": 3}) for c in range(3)})
+
+
+@pytest.mark.parametrize("silent", ["none", "round 2, and client 2 throughout"])
+def test_celm_warns_by_round_and_client_when_its_warm_up_got_no_replies(tmp_path, caplog, silent):
+    cfg = ExperimentConfig()
+    cfg.data.dataset, cfg.data.split, cfg.data.clients = "digits", "iid", 3
+    cfg.train.rounds, cfg.train.local_steps, cfg.train.threads = 3, 5, 1
+    cfg.eval.fairness = False
+    cfg.method.name, cfg.method.params = "celm", {"warmup_fraction": 0.5, "probe_steps": 5}  # T_w = ⌈1.5⌉ = 2
+    if silent == "none":
+        grid = _fedhet_nodes(cfg, lambda cid, rnd: False)
+    else:  # every node fails round 2; client 2 fails both warm-up rounds, then trains in round 3
+        grid = _fedhet_nodes(cfg, lambda cid, rnd: rnd == 2 or (cid == 2 and rnd <= 2))
+    strategy = build_strategy("celm", cfg.method.params)
+    with server_identity(), caplog.at_level(logging.WARNING, logger="fedhet"):
+        FlowerServer(cfg, strategy, grid, run_dir=tmp_path / "run", connect_timeout=0).run()
+    said = [r.getMessage() for r in caplog.records if r.getMessage().startswith("CELM: ")]
+    lines = [json.loads(s) for s in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    if silent == "none":
+        assert said == [] and all(m["clients"] == [0, 1, 2] for m in lines)
+        return
+    assert [m["clients"] for m in lines] == [[0, 1], [], [0, 1, 2]]
+    assert said == [
+        "CELM: warm-up round 2 got no replies, so the contribution weights (frozen from round 3) come from "
+        "round 1 alone; client 2 replied in no warm-up round, so its weight is its starting share, not an "
+        "estimate; see 'failed' and 'rejected' in metrics.jsonl for why"
+    ]
+    # what it says is so: client 2 kept c^0 = 1/3 (a client missing from a round keeps its weight)
+    assert strategy.contributions()[2] == pytest.approx(1 / 3, abs=1e-12)

@@ -439,6 +439,42 @@ class CELM(FedAvg):
         out["celm_phase"] = "warmup" if self.in_warmup(rnd) else "frozen"
         return out
 
+    def after_aggregate(self, rnd: int, replies: Mapping[int, Reply]) -> None:
+        """At the end of warm-up, warn where its rounds got no replies (every client failed or was rejected)
+        or a client never replied in one: its weight is then its starting 1/N, not an estimate. Logs only."""
+        super().after_aggregate(rnd, replies)
+        if rnd != self.warmup:
+            return
+        estimated = {int(e["round"]) for e in self.evidence}
+        empty = [r for r in range(1, self.warmup + 1) if r not in estimated]
+        n = self.info.num_clients
+        silent = [c for c in range(n) if c not in self.with_heads]
+        frozen = f"frozen from round {self.warmup + 1}" if self.warmup < self.info.rounds else "final"
+        if len(empty) == self.warmup:
+            log.warning(
+                "CELM: no client replied in any warm-up round (rounds 1-%d): the contribution weights are "
+                "their starting 1/%d each, not an estimate, and %s; see 'failed' and 'rejected' in "
+                "metrics.jsonl for why",
+                self.warmup,
+                n,
+                frozen,
+            )
+            return
+        parts = []
+        if empty:
+            used = sorted(estimated)
+            parts.append(
+                f"warm-up round{'s' if len(empty) > 1 else ''} {', '.join(map(str, empty))} got no replies, "
+                f"so the contribution weights ({frozen}) come from round{'s' if len(used) > 1 else ''} "
+                f"{', '.join(map(str, used))} alone"
+            )
+        if silent:
+            names = ", ".join(f"client {c}" for c in silent)
+            whose = "its weight is its" if len(silent) == 1 else "their weights are their"
+            parts.append(f"{names} replied in no warm-up round, so {whose} starting share, not an estimate")
+        if parts:
+            log.warning("CELM: %s; see 'failed' and 'rejected' in metrics.jsonl for why", "; ".join(parts))
+
     def run_records(self) -> dict[str, Any]:
         """The warm-up length and every warm-up round's evidence (the report's CSVs and heatmap)."""
         return {"celm": {"warmup_rounds": self.warmup, "evidence": self.evidence}}
