@@ -22,6 +22,8 @@ After warm-up c is frozen at c^{T_w}, the full model is sent and aggregated with
   the probe noise comes from a generator derived from (seed, round), so runs are bit-reproducible.
 - ``evidence_scale='median'`` (off by default): each model's evidence divided by its own median logit, so
   a hostile random or scaled model cannot capture the weights (docs/robustness.md).
+- ``evidence_clip=k`` (0, off, by default): before probing, each client's update is scaled down to at
+  most k × the round's median update norm, so a longer update buys no evidence (docs/robustness.md).
 - Clients missing in a warm-up round keep their previous weight; the present clients share the mass they
   held before, c_i^t = β c_i^{t−1} + (1 − β) c̄_i · Σ_{j present} c_j^{t−1}, so c stays on the simplex;
   aggregation renormalises c over the clients present in the round.
@@ -44,6 +46,7 @@ from fedhet.algorithms.fedrs import FedRSTrainer, RestrictedSoftmaxMixin
 from fedhet.algorithms.logit_probes import PROBE_IMPLS, maximize_class_logits
 from fedhet.algorithms.params import check_choice, check_flag, check_integer, check_number
 from fedhet.engine.protocol import KEEP_KEY, FederationInfo, Instruction, Reply
+from fedhet.errors import ConfigError
 
 #: The version of the numbers this module computes: bump it in the commit that changes them, which
 #: invalidates the cell records of every method reaching this module (fedhet.code_version).
@@ -77,6 +80,39 @@ def rescale_evidence(evidence: np.ndarray, how: str = "off") -> np.ndarray:
         return e.copy()
     scale = np.maximum(np.abs(np.median(e, axis=1, keepdims=True)), 1e-8)
     return e / scale
+
+
+def clip_to_median(
+    states: Sequence[Mapping[str, Tensor]], references: Sequence[Mapping[str, Tensor]], factor: float
+) -> tuple[list[dict[str, Tensor]], list[float]]:
+    """[ours] Each model with its update Δ_i = w_i − ref_i (over the floating-point tensors ``ref_i`` holds)
+    scaled down to at most ``factor`` × the median ‖Δ‖₂ over the models: w_i ← ref_i + s_i Δ_i,
+    s_i = min(1, factor · median / ‖Δ_i‖). Returns the models (an unscaled one is the same object) and each
+    s_i. The logits CELM maximises grow with the update's length (roughly with its square in a two-layer
+    model: both layers move), so without this a client that lengthens its update reads as more evidence."""
+    norms = []
+    for state, ref in zip(states, references, strict=True):
+        total = 0.0
+        for key, base in ref.items():
+            if base.is_floating_point():
+                total += float((state[key].double() - base.to(state[key].device).double()).pow(2).sum())
+        norms.append(math.sqrt(total))
+    bound = factor * float(np.median(norms)) if norms else 0.0
+    out, scales = [], []
+    for state, ref, norm in zip(states, references, norms, strict=True):
+        if norm <= bound or bound <= 0.0:
+            out.append(state)  # type: ignore[arg-type]
+            scales.append(1.0)
+            continue
+        scale = bound / norm
+        clipped = dict(state)
+        for key, base in ref.items():
+            if base.is_floating_point():
+                b = base.to(state[key].device).double()
+                clipped[key] = (b + scale * (state[key].double() - b)).to(state[key].dtype)
+        out.append(clipped)
+        scales.append(scale)
+    return out, scales
 
 
 def baseline_from_global(global_logits: np.ndarray, per_class: bool = False) -> float | np.ndarray:
@@ -327,7 +363,8 @@ class CELM(FedAvg):
     ``probe_impl`` ('batched' | 'vmap' | 'loop'), ``per_class_baseline`` (False), ``initial_contributions``
     ('uniform' c^0 = 1/N | 'first' c^1 = c̄^1), ``epsilon`` (1e-8), ``probe_backbone`` ('client', the
     paper | 'global' [ours]: each client's head on the previous global backbone), ``evidence_scale``
-    ('off', the paper | 'median' [ours]: robust to random or scaled models), ``reward`` (as FedAvg).
+    ('off', the paper | 'median' [ours]: robust to random or scaled models), ``evidence_clip`` (0, off | k ≥ 1
+    [ours]: each update probed at most k × the round's median update norm), ``reward`` (as FedAvg).
     CELM uses no client sizes or class counts: only the models the clients send.
     """
 
@@ -342,6 +379,7 @@ class CELM(FedAvg):
         warmup_fraction: float = 0.05,
         *,
         probe_backbone: str = "client",
+        evidence_clip: float = 0.0,
         reward: str = "local",
         **estimator: Any,
     ) -> None:
@@ -357,7 +395,22 @@ class CELM(FedAvg):
             hint="'client': probe each client's own model, the paper; 'global': its head on the previous "
             "global backbone",
         )
+        self.evidence_clip = check_number(
+            "evidence_clip",
+            evidence_clip,
+            0.0,
+            hint="0 (off, the paper) or a multiple k >= 1 of the round's median update norm that each update "
+            "is scaled down to before probing (docs/robustness.md)",
+        )
+        if 0.0 < self.evidence_clip < 1.0:
+            raise ConfigError(
+                f"method.params.evidence_clip={evidence_clip!r} must be 0 (off) or >= 1: below 1 it scales "
+                "down even the median client's update; use 1 to probe each update at most the median's length"
+            )
         self.warmup = 0
+        #: The head each client sent in its last warm-up reply: the start of its next update (its head is
+        #: its own during warm-up); kept only with ``evidence_clip`` on.
+        self.heads: dict[int, dict[str, Tensor]] = {}
         #: Clients that replied during warm-up, so hold a head of their own (the others get the global one).
         self.with_heads: set[int] = set()
 
@@ -409,9 +462,16 @@ class CELM(FedAvg):
     def before_aggregate(self, rnd: int, replies: Mapping[int, Reply]) -> None:
         """In a warm-up round: probe the previous global model and every client model, update c."""
         if replies and self.in_warmup(rnd):
-            self.with_heads.update(replies)
             ids = sorted(replies)
-            self.estimator.update(rnd, ids, self.probed_states(ids, replies))
+            states = self.probed_states(ids, replies)  # before with_heads grows: the updates' references
+            self.with_heads.update(replies)
+            if self.evidence_clip:
+                head_keys = set(self.model.head_keys())
+                for c in ids:
+                    self.heads[c] = {
+                        k: v.detach().clone() for k, v in replies[c].weights.items() if k in head_keys
+                    }
+            self.estimator.update(rnd, ids, states)
 
     def probe(self, states: Sequence[Mapping[str, Tensor]], rnd: int) -> Tensor:
         """Raw evidence (M, K) of the given model states with this run's probe settings and round seed."""
@@ -421,14 +481,37 @@ class CELM(FedAvg):
         """The models probed in a warm-up round: w_g^{t−1} first, then each client's (client-id order).
 
         ``probe_backbone='global'`` ([ours]) probes each client's head on the backbone of w_g^{t−1}.
+        ``evidence_clip`` ([ours]) first scales each client's update down (:meth:`update_references`).
         """
         # Before aggregation self.model still holds w_g^{t-1} (the initial model at t = 1).
         global_state = self.model.state_dict()
         clients = [replies[c].weights for c in ids]
+        if self.evidence_clip:
+            references = self.update_references(ids, global_state)
+            clients, scales = clip_to_median(clients, references, self.evidence_clip)
+            scaled = {c: round(s, 4) for c, s in zip(ids, scales, strict=True) if s < 1.0}
+            if scaled:
+                log.info("CELM evidence_clip: probing these clients' updates scaled by %s", scaled)
         if self.probe_backbone == "global":
             shared = {k: global_state[k] for k in self.backbone_keys}
             clients = [{**w, **shared} for w in clients]
         return [global_state, *clients]
+
+    def update_references(
+        self, ids: list[int], global_state: Mapping[str, Tensor]
+    ) -> list[dict[str, Tensor]]:
+        """What each client's warm-up update starts from: the backbone it was sent (w_g^{t−1}'s) and, as the
+        client keeps its head, the head it sent in its last warm-up reply (the global head for a client
+        replying for the first time: it was sent the full model). So Δ_i is everything the client moved
+        this round, the head included, which the guards do not see after round 1 (they judge what was sent).
+        """
+        out = []
+        for c in ids:
+            ref = dict(global_state)
+            if c in self.with_heads and c in self.heads:
+                ref.update(self.heads[c])
+            out.append(ref)
+        return out
 
     def contributions(self) -> np.ndarray | None:
         """The current contribution weights c (N,), on the simplex; frozen after warm-up."""
@@ -483,6 +566,8 @@ class CELM(FedAvg):
     def state_dict(self) -> dict[str, Any]:
         sd = super().state_dict()
         sd["celm"] = {**self.estimator.state_dict(), "with_heads": sorted(self.with_heads)}
+        if self.evidence_clip:  # a run with the option off keeps its checkpoint layout
+            sd["celm"]["heads"] = {str(c): dict(h) for c, h in self.heads.items()}
         return sd
 
     def load_state_dict(self, sd: Mapping[str, Any]) -> None:
@@ -490,6 +575,7 @@ class CELM(FedAvg):
         state = sd["celm"]
         self.estimator.load_state_dict(state)
         self.with_heads = {int(c) for c in state["with_heads"]}
+        self.heads = {int(c): dict(h) for c, h in state.get("heads", {}).items()}
 
 
 class CELMRS(RestrictedSoftmaxMixin, CELM):
