@@ -13,7 +13,7 @@ import pytest
 
 from fedhet.cli import main
 from fedhet.config import from_dict
-from fedhet.data.datasets.standardization import federated_order_statistic
+from fedhet.data.datasets.standardization import federated_order_statistic, order_statistic_search
 from fedhet.data.datasets.tables import from_table, load_table_files
 from fedhet.errors import ConfigError, DataError
 
@@ -79,6 +79,25 @@ def test_the_median_is_exact_on_odd_counts_ties_and_negatives():
     assert [federated_order_statistic(k, count_at_most) for k in range(7)] == [
         -3.25, -0.5, 0.0, 0.0, 1e-300, 2.0, 1e300,
     ]  # fmt: skip
+
+
+def test_the_float32_bisection_ends_on_each_order_statistic_within_32_questions():
+    """Deployment nodes' median search: over float32 values (negative, zero, tiny, huge, repeated) it ends on
+    numpy's sorted value of every rank, asking at most 32 thresholds (the float64 search may ask 64)."""
+    rng = np.random.default_rng(0)
+    values = np.concatenate([
+        rng.normal(0, 10, 40), [-0.0, 0.0, 0.0, 1e-40, -1e-40, 3.4e38, -3.4e38, 7.25, 7.25],
+    ]).astype(np.float32).astype(np.float64)  # fmt: skip
+    ordered = np.sort(values)
+    for k in range(len(values)):
+        search, asked = order_statistic_search(k, width=32), 0
+        try:
+            threshold = next(search)
+            while True:
+                asked += 1
+                threshold = search.send(int(np.sum(values <= threshold)))
+        except StopIteration as done:
+            assert done.value == ordered[k] and asked <= 32, (k, asked)
 
 
 def test_most_frequent_breaks_a_tie_towards_the_smallest_value():

@@ -10,7 +10,9 @@ The exchange, every answer about the node's own training rows only, never a row:
 3. ``most_frequent``: each node answers how often each present value of those columns occurs
    (:func:`site_answer`, ``value-counts``); ``median``: the server bisects, each step asking every node how
    many present values of each column are <= a threshold (``count-at-most``), all columns in lockstep, at
-   most 64 steps (``fedhet.data.datasets.standardization.order_statistic_search``);
+   most 32 steps: the values are float32, so the bisection runs over the float32 values
+   (``fedhet.data.datasets.standardization.order_statistic_search``; the embedded engine's runs over the
+   float64 values in at most 64 steps, and ends on the same value);
 4. the server sends the fill values; each node fills its cells and reports its standardisation sums anew.
 
 Each statistic is exact and the sums are summed in client-id order, so the fill values equal the embedded
@@ -143,9 +145,14 @@ def _lockstep_medians(
     ask: Callable[[dict[str, Any]], Mapping[int, Mapping[str, list]]],
     clients: Sequence[int],
 ) -> dict[str, float]:
-    """Every column's exact median, the bisections of all their middle values run in lockstep: one query to
-    the nodes per step, each carrying every unfinished search's threshold."""
-    searches = {(name, k): order_statistic_search(k) for name in columns for k in median_ranks(present[name])}
+    """Every column's exact median, the bisections of all their middle values run in lockstep over the
+    float32 values (the nodes' values are float32: :func:`present_values`): one query to the nodes per step,
+    each carrying every unfinished search's threshold."""
+    searches = {
+        (name, k): order_statistic_search(k, width=32)
+        for name in columns
+        for k in median_ranks(present[name])
+    }
     thresholds = {key: next(search) for key, search in searches.items()}
     found: dict[tuple[str, int], float] = {}
     while thresholds:

@@ -121,30 +121,43 @@ def federated_most_frequent(reports: Sequence[Mapping[float, int]]) -> float:
     return min(v for v, c in totals.items() if c == top)
 
 
-def _order_key(value: float) -> int:
-    """An integer that orders like the float (IEEE-754 bits, negatives reflected): bisection on it ends on
-    a float exactly."""
-    bits = struct.unpack("<q", struct.pack("<d", value))[0]
-    return bits if bits >= 0 else -(bits & 0x7FFF_FFFF_FFFF_FFFF) - 1
+#: The float formats a bisection may run over: struct codes of the float and of the same-width integer, the
+#: magnitude mask, the sign bit and the largest finite value.
+_FORMATS = {
+    64: ("<d", "<q", 0x7FFF_FFFF_FFFF_FFFF, -0x8000_0000_0000_0000, float(np.finfo(np.float64).max)),
+    32: ("<f", "<i", 0x7FFF_FFFF, -0x8000_0000, float(np.finfo(np.float32).max)),
+}
 
 
-def _from_order_key(key: int) -> float:
-    bits = key if key >= 0 else (-key - 1) | -0x8000_0000_0000_0000
-    return struct.unpack("<d", struct.pack("<q", bits))[0]
+def _order_key(value: float, width: int = 64) -> int:
+    """An integer that orders like the float (IEEE-754 bits of ``width``, negatives reflected): bisection on
+    it ends on a float of that width exactly."""
+    real, whole, mask, _, _ = _FORMATS[width]
+    bits = struct.unpack(whole, struct.pack(real, value))[0]
+    return bits if bits >= 0 else -(bits & mask) - 1
 
 
-def order_statistic_search(k: int) -> Generator[float, int, float]:
+def _from_order_key(key: int, width: int = 64) -> float:
+    real, whole, _, sign, _ = _FORMATS[width]
+    bits = key if key >= 0 else (-key - 1) | sign
+    return struct.unpack(real, struct.pack(whole, bits))[0]
+
+
+def order_statistic_search(k: int, width: int = 64) -> Generator[float, int, float]:
     """The bisection of :func:`federated_order_statistic` as a generator: it yields each threshold t, is sent
     back how many present values of all clients are <= t, and returns the k-th smallest present value (k
-    from 0). A server asking many columns at once runs one per column in lockstep, one exchange per step."""
-    low, high = _order_key(-np.finfo(np.float64).max), _order_key(np.finfo(np.float64).max)
+    from 0). A server asking many columns at once runs one per column in lockstep, one exchange per step.
+    ``width = 32`` bisects over the finite float32 values only: exact, in at most 32 steps, when every value
+    is a float32 (a table's features are kept as float32)."""
+    _, _, _, _, largest = _FORMATS[width]
+    low, high = _order_key(-largest, width), _order_key(largest, width)
     while low < high:
         middle = (low + high) // 2
-        if (yield _from_order_key(middle)) >= k + 1:
+        if (yield _from_order_key(middle, width)) >= k + 1:
             high = middle
         else:
             low = middle + 1
-    return _from_order_key(low)
+    return _from_order_key(low, width)
 
 
 def federated_order_statistic(k: int, count_at_most: Callable[[float], int]) -> float:
