@@ -155,8 +155,9 @@ class Cluster:
     def flwr_run(
         self, app_dir: Path, run_config: dict[str, object], timeout: float
     ) -> subprocess.CompletedProcess:
-        overrides = " ".join(
-            f"{k}={v!r}" if isinstance(v, str) else f"{k}={v}" for k, v in run_config.items()
+        overrides = " ".join(  # TOML values: 'text', 1.5, true
+            f"{k}={v!r}" if isinstance(v, str) else f"{k}={str(v).lower() if isinstance(v, bool) else v}"
+            for k, v in run_config.items()
         )
         return subprocess.run(
             [str(BIN / "flwr"), "run", str(app_dir), "test", "--run-config", overrides, "--stream"],

@@ -88,6 +88,22 @@ def test_a_flower_run_stopped_after_a_round_resumes_on_fresh_nodes_to_the_embedd
     assert [p.name for p in checkpoints(tmp_path / "embedded")] == ["round_00004"]
 
 
+def test_flowers_own_exit_saves_the_last_finished_round_before_its_force_exit_timer_starts(tmp_path):
+    from flwr.supercore.exit.exit_handler import trigger_exit_handlers
+
+    run, saved = tmp_path / "flower", []
+
+    def progress(rnd, rounds, line):  # flwr stop: the ServerApp's flwr_exit runs these handlers first
+        if rnd == 3:
+            trigger_exit_handlers(run_before_force_exit=True)
+            saved.extend(p.name for p in checkpoints(run))
+            raise Stop
+
+    with pytest.raises(Stop):
+        flower_run(celm_config(), run, nodes(101), progress=progress)
+    assert saved == ["round_00003"]  # on disk before anything unwinds (Flower force-exits 5 s later)
+
+
 def test_a_resume_that_needs_what_the_nodes_kept_is_refused_and_overwrite_starts_again(tmp_path):
     cfg = celm_config()
     run = tmp_path / "flower"

@@ -6,6 +6,8 @@ that runs ``fedhet.engine.client.run_client`` on each node's own data (the ``fed
 - ``fedhet.flower.records``: the messages as Flower records, the public protocol for a ClientApp of your own
   (``content_to_instruction``, ``reply_to_content``, ``description_to_content``; docs/flower.md);
 - ``fedhet.flower.server_log``: the ServerApp's lines in Flower's log (``flwr run --stream``, ``flwr log``);
+- ``fedhet.flower.lifecycle``: stop, ``resume`` and ``overwrite`` of a Flower run, and nodes Flower reports
+  offline;
 - ``fedhet.flower.site_tables``: the server's side of nodes that read their own tables (``node-tables``);
 - ``fedhet.flower.sites``: each site's data from a split (``fedhet partition --export-sites``);
 - ``examples/flower-app``: ``server_app`` / ``client_app`` objects for ``flwr run`` (see docs/flower.md).

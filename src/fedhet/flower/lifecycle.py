@@ -4,7 +4,8 @@ stop that keeps the last finished round, and nodes that Flower reports offline.
 - **Checkpoints** are the round loop's (``fedhet.engine.rounds``: every ``eval.checkpoint_every`` rounds and
   the last one, the same files as the embedded engine). A Flower run can also stop between checkpoints
   (``flwr stop``, the SuperLink going away, an error): :class:`SaveOnStop` then saves the last finished
-  round, as Ctrl-C does in the embedded engine, so a resumed run repeats no finished round.
+  round, as Ctrl-C does in the embedded engine, so a resumed run repeats no finished round (a ServerApp
+  process killed outright, SIGKILL, saves nothing: it resumes from the last checkpoint).
 - **Resume** (``resume=true``) continues from the folder's last checkpoint on the nodes that join now. A
   node's ``context.state`` belongs to one Flower run, so what the nodes kept (CELM's heads during warm-up,
   an own-model method's model, an attack's memory) is gone in the resumed run. :class:`NodeState` records
@@ -21,6 +22,7 @@ stop that keeps the last finished round, and nodes that Flower reports offline.
 from __future__ import annotations
 
 import copy
+import weakref
 from collections.abc import Collection, Mapping
 from pathlib import Path
 from typing import Any
@@ -140,6 +142,22 @@ class SaveOnStop(RoundListener):
                 "unusable_rounds": loop.unusable_rounds,
             },
         )
+
+    def arm(self) -> None:
+        """Have Flower's own exit save the kept round first. ``flwr stop`` ends a ServerApp process through
+        Flower's exit (``flwr.supercore.exit.flwr_exit``: a SIGINT the process sends itself when the
+        SuperLink refuses it), which runs its handlers and then force-exits within a few seconds, maybe before
+        the exception reaches the round loop; a handler that runs before that timer starts saves in time."""
+        from flwr.supercore.exit import add_exit_handler
+
+        ref = weakref.ref(self)  # Flower keeps its handlers for the process's life: it must not keep the run
+
+        def on_exit() -> None:
+            saver = ref()
+            if saver is not None:
+                saver.save()
+
+        add_exit_handler(on_exit, run_before_force_exit=True)
 
     def save(self) -> int | None:
         """Write the kept state as its round's checkpoint (the run is stopping: the live state is left as the

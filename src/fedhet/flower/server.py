@@ -5,9 +5,10 @@
 describe exchange (a ``query`` message to every node) learns which client id each node holds — its
 ``partition-id`` in simulation, its ``client-id`` in a deployment — and refuses nodes whose data do not match
 the run (class names, input shape), naming the node and the mismatch. Replies are handed to the strategy in
-client-id order, so the result does not depend on the order in which they arrive. A node that fails or
-does not answer within the round's timeout is recorded in ``metrics.jsonl`` (``failed``) and the round goes
-on with the others.
+client-id order, so the result does not depend on the order in which they arrive. A node that fails, that
+Flower reports offline, or that does not answer within the round's timeout is recorded in ``metrics.jsonl``
+(``failed``) and the round goes on with the others. Checkpoints, ``resume`` and the stop of a run:
+``fedhet.flower.lifecycle``.
 """
 
 from __future__ import annotations
@@ -311,6 +312,7 @@ class FlowerServer(RoundLoop):
             write_atomic(self.run_dir / FLOWER_NODES_FILE, json.dumps(nodes, indent=2))
 
     def _train_rounds(self) -> None:
+        self.stop_saver.arm()
         try:
             super()._train_rounds()
         except TrainingDivergedError:  # a result: the run ends as diverged, from the state it stopped in
@@ -319,6 +321,8 @@ class FlowerServer(RoundLoop):
             if (saved := self.stop_saver.save()) is not None:
                 log.warning("the run stopped; round %d is saved: resume=true continues after it", saved)
             raise
+        finally:
+            self.stop_saver.pending = None  # the run is over: nothing left to save at the process's exit
 
 
 def make_server_app(
