@@ -58,9 +58,16 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    logging.basicConfig(
-        level=logging.DEBUG if args.verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s"
-    )
+    level = logging.DEBUG if args.verbose else logging.WARNING
+    fresh = not logging.getLogger().handlers
+    logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s")
+    if fresh:  # the handler basicConfig made: hold it to the level too, since a library logger set lower
+        # than the root (Flower's "flwr" is at DEBUG) hands it every record; Flower prints its own records
+        # with its own handler, so without --verbose they are not printed a second time here
+        handler = logging.getLogger().handlers[0]
+        handler.setLevel(level)
+        if not args.verbose:
+            handler.addFilter(lambda record: record.name != "flwr" and not record.name.startswith("flwr."))
     args.argv = list(sys.argv[1:] if argv is None else argv)  # what a resume command repeats
     token = CALLER.set("cli")  # advice in errors names flags (--overwrite), not keywords (overwrite=True)
     try:

@@ -87,7 +87,11 @@ def cmd_run(args: argparse.Namespace) -> int:
     args.resume_command = f"fedhet run --resume {shlex.quote(str(run_dir))}"  # printed on Ctrl-C
     # The bar appears with the first round: a bad method or a taken --out fails before it, with no run
     # directory written.
-    with RunProgress(console, enabled=not args.quiet, lazy=True) as prog:
+    from fedhet.flower import flower_quiet  # the standard library only; Flower is imported by the run
+
+    # --quiet quiets Flower and Ray too (their INFO lines); their warnings and errors still show
+    quiet_flower = flower_quiet(args.quiet and args.engine == "flower-simulation")
+    with quiet_flower, RunProgress(console, enabled=not args.quiet, lazy=True) as prog:
         result = run(
             config,
             out=run_dir,

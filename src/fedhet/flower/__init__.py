@@ -15,7 +15,10 @@ that runs ``fedhet.engine.client.run_client`` on each node's own data (the ``fed
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
+import logging
+from collections.abc import Iterator
 
 from fedhet.errors import ConfigError
 
@@ -26,3 +29,23 @@ def require_flower() -> None:
         raise ConfigError(
             "Flower is not installed: pip install 'fedhet[flower]' (flwr with its simulation extra, Ray)"
         )
+
+
+@contextlib.contextmanager
+def flower_quiet(quiet: bool = True) -> Iterator[None]:
+    """While the block runs (``--quiet``), Flower's and Ray's log records below WARNING are not made in this
+    process: their loggers are held at WARNING, then restored; warnings and errors still show."""
+    if not quiet:
+        yield
+        return
+    if importlib.util.find_spec("flwr") is not None:
+        import flwr.common.logger  # noqa: F401 (Flower sets its logger to DEBUG on import: before, not after)
+    loggers = [logging.getLogger(name) for name in ("flwr", "ray")]
+    levels = [logger.level for logger in loggers]
+    for logger in loggers:
+        logger.setLevel(max(logger.getEffectiveLevel(), logging.WARNING))
+    try:
+        yield
+    finally:
+        for logger, level in zip(loggers, levels, strict=True):
+            logger.setLevel(level)
