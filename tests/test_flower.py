@@ -22,7 +22,9 @@ from flwr.app import RecordDict  # noqa: E402
 from fedhet.algorithms import build_strategy  # noqa: E402
 from fedhet.config import ExperimentConfig, to_toml  # noqa: E402
 from fedhet.data.datasets import load_local_data  # noqa: E402
+from fedhet.engine.checkpoint import checkpoints  # noqa: E402
 from fedhet.engine.protocol import ClientState, Instruction, Reply  # noqa: E402
+from fedhet.engine.rundir import live_owner  # noqa: E402
 from fedhet.errors import ConfigError, DataError, ProtocolError  # noqa: E402
 from fedhet.experiment import make_simulation  # noqa: E402
 from fedhet.flower.records import (  # noqa: E402
@@ -250,25 +252,46 @@ def lines(run_dir: Path) -> list[dict]:
 
 
 @pytest.mark.slow
-def test_a_tls_deployment_of_three_nodes_on_their_own_data_equals_the_embedded_engine(tmp_path):
-    cfg = deployment_config()
+def test_a_tls_deployment_stopped_with_flwr_stop_and_resumed_equals_the_embedded_engine(tmp_path):
+    cfg = deployment_config(rounds=4)
+    cfg.method.params = {**cfg.method.params, "warmup_fraction": 0.5}  # warm-up rounds 1-2, then frozen
     folders = write_node_data(cfg, tmp_path / "data")
     (tmp_path / "fedhet.toml").write_text(to_toml(cfg))
     run_dir = tmp_path / "run"
+    run_config = {"config": str(tmp_path / "fedhet.toml"), "run-dir": str(run_dir), "connect-timeout": 30.0}
     with flower_cluster(tmp_path / "cluster", tls=True) as cluster:
         for cid, folder in enumerate(folders):
             cluster.add_node(cid, folder)
         cluster.add_node(1, folders[1], trusted=False, name="untrusted")  # no CA certificate
         for cid in range(3):
             cluster.wait_for(f"node{cid}", "SuperNode ID")
-        done = cluster.flwr_run(
-            app_copy(tmp_path),
-            {"config": str(tmp_path / "fedhet.toml"), "run-dir": str(run_dir), "connect-timeout": 30.0},
-            timeout=400,
-        )
+        import subprocess
+
+        # the first run is stopped with flwr stop once round 2 is done (after the warm-up: no node state lost)
+        flwr = {"env": cluster.env, "cwd": cluster.root, "capture_output": True, "text": True, "timeout": 120}
+        overrides = " ".join(f"{k}={v!r}" for k, v in run_config.items())
+        submitted = subprocess.run(  # without --stream, flwr run returns once the run is submitted
+            [str(BIN / "flwr"), "run", str(app_copy(tmp_path)), "test", "--run-config", overrides], **flwr
+        ).stdout
+        run_id = re.search(r"Successfully started run (\d+)", submitted).group(1)
+        deadline = time.monotonic() + 300
+        while len(lines(run_dir)) < 2 and time.monotonic() < deadline:
+            time.sleep(0.3)
+        stopped = subprocess.run([str(BIN / "flwr"), "stop", run_id, "test"], **flwr)
+        assert "successfully stopped" in stopped.stdout, stopped.stdout + stopped.stderr
+        # the ServerApp saves the last round it finished and exits (its lock on the folder goes with it)
+        deadline = time.monotonic() + 60
+        while (not checkpoints(run_dir) or live_owner(run_dir)) and time.monotonic() < deadline:
+            time.sleep(0.3)
+        done_before = [m["round"] for m in lines(run_dir)]
+        assert 2 <= len(done_before) < 4 and not (run_dir / "summary.json").exists(), done_before
+        assert [p.name for p in checkpoints(run_dir)] == [f"round_{done_before[-1]:05d}"]
+        assert live_owner(run_dir) is None
+        done = cluster.flwr_run(app_copy(tmp_path / "again"), {**run_config, "resume": True}, timeout=400)
         assert (run_dir / "summary.json").is_file(), (
             done.stdout[-3000:] + done.stderr[-3000:] + cluster.log("superlink")[-3000:]
         )
+        assert f"fedhet: resumed {run_dir} from round {done_before[-1]}" in done.stdout, done.stdout[-3000:]
         # the node without the CA failed the TLS handshake and gave up; it never joined
         cluster.processes["untrusted"].wait(timeout=60)
         assert "CERTIFICATE_VERIFY_FAILED" in cluster.log("untrusted")
@@ -301,7 +324,7 @@ def test_a_node_killed_after_round_one_is_reported_and_the_run_completes(tmp_pat
                     {
                         "config": str(tmp_path / "fedhet.toml"),
                         "run-dir": str(run_dir),
-                        "round-timeout": 60.0,
+                        "round-timeout": 120.0,
                         "connect-timeout": 30.0,
                     },
                     timeout=400,
@@ -340,8 +363,14 @@ def test_a_node_killed_after_round_one_is_reported_and_the_run_completes(tmp_pat
     metrics = lines(run_dir)
     assert [m["round"] for m in metrics] == [1, 2, 3]
     assert metrics[0]["clients"] == [0, 1, 2] and "failed" not in metrics[0]
-    for m in metrics[1:]:
+    # the stopped node is offline for Flower at once (a node killed outright: within 2 heartbeats, 60 s;
+    # benchmarks/flower_offline.py): its client fails each later round without waiting for round-timeout
+    seconds = [json.loads(s)["train_s"] for s in (run_dir / "timings.jsonl").read_text().splitlines()]
+    for m, took in zip(metrics[1:], seconds[1:], strict=True):
         assert m["clients"] == [0, 1] and set(m["failed"]) == {"2"}
+        assert re.fullmatch(r"node \d+ (went offline: Flower heard no heartbeat .*|is no longer connected)",
+                            m["failed"]["2"]), m["failed"]  # fmt: skip
+        assert took < 120.0 / 2, seconds
     assert json.loads((run_dir / "summary.json").read_text())["final"]["accuracy"] > 0.1
 
 
