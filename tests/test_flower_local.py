@@ -6,6 +6,7 @@
   the docs start it (a simulation SuperLink with runtime dependency installation off) on free ports of
   127.0.0.1, which ``flwr`` finds through FLWR_LOCAL_SUPERLINK_HTTP_API_PORT and FLWR_LOCAL_CONTROL_API_PORT
   (Flower's defaults are 39091 and 39093), with a private FLWR_HOME.
+- A simulation federation whose SuperNode count differs from ``data.clients`` is refused at once.
 - ``fedhet run --engine flower-simulation --quiet`` prints no Flower or Ray line below WARNING."""
 
 from __future__ import annotations
@@ -22,8 +23,12 @@ import pytest
 
 pytest.importorskip("flwr", reason="the Flower tests need fedhet[flower]; make setup installs it")
 
+from flwr.superlink.grid import InMemoryGrid  # noqa: E402
+
 from fedhet.config import load_config  # noqa: E402
+from fedhet.errors import ConfigError  # noqa: E402
 from fedhet.experiment import make_simulation  # noqa: E402
+from fedhet.flower.server import wait_for_nodes  # noqa: E402
 from flower_cluster import BIN, free_port  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -211,3 +216,24 @@ def test_quiet_quiets_flower_and_ray_too_but_not_their_warnings(tmp_path):
     assert "round 1/1" in plain, plain  # the progress line
     # Flower's DEBUG records stay out without --verbose
     assert not re.search(r"^DEBUG flwr", plain, re.M), plain
+
+
+class SimulatedGrid(InMemoryGrid):
+    """Flower's simulation Grid as fedhet's ServerApp sees it before round 0: the SuperNodes Flower
+    registered (``num-supernodes`` of them, all at once)."""
+
+    def __init__(self, nodes: list[int]) -> None:  # no link state: only the node list is asked for
+        self.nodes = nodes
+
+    def get_node_ids(self) -> list[int]:
+        return list(self.nodes)
+
+
+def test_a_simulation_with_another_number_of_supernodes_than_clients_is_refused_at_once_naming_the_fix():
+    started = time.monotonic()
+    with pytest.raises(ConfigError, match='runs 2 SuperNodes .* data.clients = 3.* "num-supernodes=3"'):
+        wait_for_nodes(SimulatedGrid([11, 12]), 3, timeout=120.0)  # flwr run's default: 2 SuperNodes
+    with pytest.raises(ConfigError, match='runs 4 SuperNodes .* "num-supernodes=3"'):
+        wait_for_nodes(SimulatedGrid([11, 12, 13, 14]), 3, timeout=120.0)
+    assert time.monotonic() - started < 10  # not the 120 s connect-timeout
+    assert wait_for_nodes(SimulatedGrid([13, 11, 12]), 3, timeout=120.0) == [11, 12, 13]

@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 from flwr.app import ConfigRecord, Context, Message, MessageType, RecordDict
 from flwr.serverapp import Grid, ServerApp
+from flwr.superlink.grid import InMemoryGrid
 
 from fedhet.config import ExperimentConfig, load_config, to_toml
 from fedhet.engine.boundary import check_transport
@@ -45,12 +46,22 @@ CONNECT_TIMEOUT = 120.0
 
 
 def wait_for_nodes(grid: Grid, count: int, timeout: float) -> list[int]:
-    """The connected nodes, waiting up to ``timeout`` seconds for ``count`` of them."""
+    """The connected nodes, waiting up to ``timeout`` seconds for ``count`` of them. On Flower's simulation
+    (its in-memory Grid: ``flwr run`` on a simulation federation) every SuperNode is registered at once, so
+    a count other than ``count`` is refused as soon as it stops changing, naming ``num-supernodes``."""
+    simulated = isinstance(grid, InMemoryGrid)
     deadline = time.monotonic() + timeout
     nodes = sorted(grid.get_node_ids())
     while len(nodes) < count and time.monotonic() < deadline:
         time.sleep(1.0)
-        nodes = sorted(grid.get_node_ids())
+        before, nodes = nodes, sorted(grid.get_node_ids())
+        if simulated and nodes and nodes == before:
+            break  # the simulation registered all its SuperNodes: no more are coming
+    if simulated and nodes and len(nodes) != count:
+        raise ConfigError(
+            f"Flower's simulation runs {len(nodes)} SuperNodes but the config has data.clients = {count}, "
+            f'one SuperNode per client: pass --federation-config "num-supernodes={count}" to flwr run'
+        )
     if len(nodes) < count:
         log.warning(
             "%d of %d nodes connected within %.0f s; going on without the others", len(nodes), count, timeout
