@@ -169,3 +169,9 @@ def test_a_node_flower_reports_offline_fails_its_round_by_name_and_the_round_goe
         reason = "node 103 went offline: Flower heard no heartbeat from it within 2 × 30 s (or it stopped)"
         assert line["failed"] == {"2": reason}
     assert "round 1: client 2 (node 103) failed: node 103 went offline" in caplog.text
+
+
+def test_a_run_whose_faults_keep_a_memory_on_the_nodes_is_not_resumed_on_flower(tmp_path):
+    cfg = digits_config(clients=3, rounds=2, faults__clients={"1": "replay"})
+    with pytest.raises(ConfigError, match=r"injects faults \(replay\) whose memory lives in the nodes"):
+        flower_run(cfg, tmp_path / "run", nodes(101), resume=True)
