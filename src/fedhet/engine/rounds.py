@@ -10,8 +10,7 @@ the Flower adapter (``fedhet.flower``) gives it Flower's Grid. The same config a
 What it draws on: ``schedule`` (device, learning rate, sampled and dropped clients), ``boundary`` and
 ``guards`` (which replies are used), ``evaluation``, ``records`` (the run directory's files and the
 summary), ``checkpoint`` and ``warm_start`` (``model.init_from``). What a caller makes of a run besides its
-records (TensorBoard scalars, the run's CSVs and figures, which report/ builds) it passes in as
-:class:`RoundListener` objects: the engine names nothing above it.
+records (TensorBoard scalars, the run's CSVs and figures, built by report/) it passes in as RoundListeners.
 """
 
 from __future__ import annotations
