@@ -570,8 +570,9 @@ class Interrupt(Exception):
 
 
 @needs_fashion
-def test_a_run_interrupted_in_warmup_resumes_with_identical_results(tmp_path):
-    cfg = small_config()
+@pytest.mark.parametrize("params", [{}, {"evidence_clip": 1.0}], ids=["defaults", "evidence-clip"])
+def test_a_run_interrupted_in_warmup_resumes_with_identical_results(tmp_path, params):
+    cfg = small_config(**params)  # the clip's kept heads travel in the checkpoint too
     make_simulation(cfg, run_dir=tmp_path / "full").run()
 
     def stop_at_2(rnd, total, line):

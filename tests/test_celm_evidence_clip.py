@@ -4,7 +4,6 @@ client that lengthens its update (the ``adaptive-scale`` attack) reads as no mor
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 
 import pytest
@@ -141,24 +140,3 @@ def test_the_kept_heads_round_trip_through_a_checkpoint_and_the_default_keeps_no
     off = make_simulation(small_config(), run_dir=None)
     off.run()
     assert "heads" not in off.strategy.state_dict()["celm"]  # a default run's checkpoint is as before
-
-
-class Interrupt(Exception):
-    pass
-
-
-@needs_fashion
-def test_a_run_with_the_clip_interrupted_in_warmup_resumes_identically(tmp_path):
-    cfg = small_config(evidence_clip=1.0)
-    make_simulation(cfg, run_dir=tmp_path / "full").run()
-
-    def stop_at_2(rnd, total, line):
-        if rnd == 2:
-            raise Interrupt
-
-    with pytest.raises(Interrupt):
-        make_simulation(cfg, run_dir=tmp_path / "cut", progress=stop_at_2).run()
-    shutil.rmtree(tmp_path / "cut" / "checkpoints" / "round_00002")  # resume from round 1: re-probe round 2
-    make_simulation(cfg, run_dir=tmp_path / "cut", resume=True).run()
-    for name in ("metrics.jsonl", "contributions.csv", "evidence/round_002_raw.csv"):
-        assert (tmp_path / "cut" / name).read_text() == (tmp_path / "full" / name).read_text(), name
