@@ -78,13 +78,17 @@ COLUMNS: dict[str, tuple[str, str]] = {
     **{column: (f"flower-{rule}", "fedavg") for rule, column in FLOWER_COLUMNS.items()},
     "CELM": ("defaults", "celm"),
     "CELM, clip 3×": ("clip-3", "celm"),
+    "CELM, evidence clip 1": ("evidence-clip-1", "celm"),
     "CGSV": ("defaults", "cgsv"),
     "ShapFed": ("defaults", "shapfed"),
     "FedRAC": ("defaults", "fedrac"),
 }
 DEFAULTS_METHODS = ("fedavg", "celm", "cgsv", "shapfed", "fedrac")
-#: the variants checked against the targets of the defaults: the defaults, and the candidate looser clip
-TARGETED = ("defaults", "clip-3")
+#: CELM's evidence computed from updates clipped to the round's median length (``evidence_clip = 1``): a
+#: candidate defence against the adaptive-scale attacker, measured on some rows only (:data:`VARIANT_ROWS`)
+EVIDENCE_CLIP = {"method.params.evidence_clip": 1}
+#: the variants checked against the targets of the defaults: the defaults, and the candidate defences
+TARGETED = ("defaults", "clip-3", "evidence-clip-1")
 #: The attacks of the table's rows: the built-in attacks of fedhet.attacks when the table was made (the
 #: attacks added since, such as min-max, are not part of it: adding a row adds cells to run).
 ATTACKS = (
@@ -95,6 +99,11 @@ ATTACKS = (
 ROWS: tuple[tuple[str, int], ...] = (("clean", 0),) + tuple(
     (behaviour, f) for f in HOSTILE for behaviour in ATTACKS
 )
+#: variant -> the only rows it is measured on (a variant not named here has a cell in every row); the page
+#: shows the other rows' cells as "–" and says so
+VARIANT_ROWS: dict[str, tuple[tuple[str, int], ...]] = {
+    "evidence-clip-1": (("clean", 0), ("adaptive-scale", 1), ("adaptive-scale", 3)),
+}
 #: targets of the defaults (docs/results/robustness.md): the largest accuracy drop allowed, by f
 TARGET_DROP = {1: 2.0, 3: 5.0}
 
@@ -111,7 +120,18 @@ def _variants(f: int) -> dict[str, tuple[tuple[str, ...], dict[str, Any]]]:
         "clip-3": (("fedavg", "celm"), LOOSER_CLIP),
         **{rule: (("fedavg",), sets) for rule, sets in _rules(max(f, 1)).items()},
         **{rule: (("fedavg",), sets) for rule, sets in _flower_rules(max(f, 1)).items()},
+        "evidence-clip-1": (("celm",), EVIDENCE_CLIP),
     }
+
+
+def measured(variant: str, behaviour: str, f: int) -> bool:
+    """Whether the variant has a cell in the row (:data:`VARIANT_ROWS`)."""
+    return (behaviour, f) in VARIANT_ROWS.get(variant, ((behaviour, f),))
+
+
+def column_rows(column: str) -> tuple[tuple[str, int], ...]:
+    """The rows the column is measured on: every row, or its variant's :data:`VARIANT_ROWS`."""
+    return tuple((b, f) for b, f in ROWS if measured(COLUMNS[column][0], b, f))
 
 
 def cells() -> list[CompareCell]:
@@ -122,6 +142,8 @@ def cells() -> list[CompareCell]:
             fault = {f"faults.clients.{c}": behaviour for c in HOSTILE[f]}
             fault.update(BEHAVIOUR_SETTINGS.get(behaviour, {}))
         for variant, (methods, overrides) in _variants(f).items():
+            if not measured(variant, behaviour, f):
+                continue
             sets = {"guards.max_all_rejected_rounds": 0, **fault, **overrides}
             out.append(CompareCell(f"{row_name(behaviour, f)}/{variant}", CONFIG, methods, sets))
     return out
@@ -278,14 +300,14 @@ def collect(out: Path | None, records: Path | None = None) -> dict[tuple[str, st
     found: dict[tuple[str, str], dict[str, list[Any]]] = {}
     for behaviour, f in ROWS:
         for column, (variant, method) in COLUMNS.items():
-            cell = by_path[f"{row_name(behaviour, f)}/{variant}"]
+            cell = by_path.get(f"{row_name(behaviour, f)}/{variant}")  # None: not measured in the row
             # seed -> (values, commit, wall time, machine); a run in ``out`` over its record
             per_seed: dict[int, tuple[dict[str, Any], str, float, str]] = {}
-            for record in recorded_runs(records, cell, method) if records is not None else []:
+            for record in recorded_runs(records, cell, method) if records and cell else []:
                 commits = ", ".join(dict.fromkeys(str(c) for c in record.get("commits") or []))
                 wall = float(record.get("wall_time_s") or 0.0)
                 per_seed[record["seed"]] = (record["values"], commits, wall, record.get("machine", ""))
-            for run in finished_runs(out / cell.path, method) if out is not None else []:
+            for run in finished_runs(out / cell.path, method) if out is not None and cell else []:
                 summary = read_summary(run)
                 per_seed[int(run.name.rsplit("seed", 1)[1])] = (
                     run_values(cell, run, method),
@@ -379,8 +401,17 @@ def table_lines(found: Mapping[tuple[str, str], Mapping[str, list[float]]]) -> l
         "",
         "Each cell: the hostile clients' total weight · final accuracy % (change against the clean run of "
         f"the same column, paired by seed), mean of {seeds_text} seeds; FedRAC shows the hostile clients' "
-        "mean reward accuracy in place of a weight. A fair share is 0.10 per client (0.30 for f = 3).",
+        "mean reward accuracy in place of a weight. A fair share is 0.10 per client (0.30 for f = 3)."
+        + "".join(_partial_note(column) for column in COLUMNS),
     ]
+
+
+def _partial_note(column: str) -> str:
+    """The sentence saying which rows a column measured on some rows only covers ("–" in the others)."""
+    rows = column_rows(column)
+    if len(rows) == len(ROWS):
+        return ""
+    return f" {column}: measured on the rows {', '.join(row_name(b, f) for b, f in rows)} only (– elsewhere)."
 
 
 def table(dirs: list[Path], options: Mapping[str, Any]) -> str:
@@ -396,63 +427,74 @@ def table(dirs: list[Path], options: Mapping[str, Any]) -> str:
     )
 
 
-def drop_interval(
-    cell: Mapping[str, list[float]], clean: Mapping[str, list[float]]
-) -> tuple[float, float, float]:
-    """The accuracy change against the clean run in points, paired by seed: its mean and 95 % Student-t
-    interval (fedhet.verdicts.paired_interval; differences without spread give the interval [d, d]); NaN
-    with fewer than two paired seeds."""
-    from fedhet.verdicts import paired_interval
-
+def paired_changes(cell: Mapping[str, list[float]], clean: Mapping[str, list[float]]) -> list[float]:
+    """The accuracy change against the clean run of the same column, in points, one per seed both hold
+    (paired by seed: the same split and initial model), in seed order; a seed whose accuracy is not finite in
+    either run has no change."""
     clean_by_seed = dict(zip(clean["seed"], clean["accuracy"], strict=True))
-    pairs = [
+    return [
         100 * (a - clean_by_seed[s])
         for s, a in zip(cell["seed"], cell["accuracy"], strict=True)
         if s in clean_by_seed and np.isfinite(a) and np.isfinite(clean_by_seed[s])
     ]
-    if len(pairs) < 2:
-        return float("nan"), float("nan"), float("nan")
-    return paired_interval(pairs)
 
 
-def drop_verdict(low: float, high: float, target: float) -> str:
-    """ "meets" when the interval of the change lies above −target, "misses" when it lies below, else "not
-    resolved" (the seeds cannot tell)."""
-    if not (np.isfinite(low) and np.isfinite(high)):
-        return "not resolved"
-    if low > -target:
-        return "meets"
-    if high < -target:
-        return "misses"
-    return "not resolved"
+def drop_verdict(
+    cell: Mapping[str, list[float]], clean: Mapping[str, list[float]], target: float
+) -> tuple[str, float, float, float]:
+    """(verdict, mean, low, high) of the accuracy change against clean (:func:`paired_changes`) with its 95 %
+    Student-t interval (:func:`fedhet.verdicts.judge_margin`): "meets" when the interval lies above −target,
+    "misses" when it lies below, else "not resolved" (one seed always: no interval)."""
+    from fedhet.verdicts import judge_margin
+
+    return judge_margin(paired_changes(cell, clean), target)
+
+
+def paired_seeds(found: Mapping[tuple[str, str], Mapping[str, list[float]]]) -> str:
+    """Over how many seeds the targets' attacked cells are paired with their clean cells ("3 seeds")."""
+    counts = {
+        len(paired_changes(found[row_name(b, f), column], found["clean", column]))
+        for column, (variant, _) in COLUMNS.items()
+        if variant in TARGETED
+        for b, f in column_rows(column)
+        if b != "clean" and found[row_name(b, f), column]["accuracy"]
+    }
+    return _seeds_text(counts)
+
+
+def _seeds_text(counts: set[int] | list[int]) -> str:
+    """ "3 seeds", "1 to 3 seeds" or "1 seed" for the numbers of seeds of some cells."""
+    low, high = min(counts, default=0), max(counts, default=0)
+    return f"{low} to {high} seeds" if low != high else f"{low} seed{'s' * (low != 1)}"
 
 
 def targets(found: Mapping[tuple[str, str], Mapping[str, list[float]]]) -> list[str]:
-    """The defaults against their targets, one line per method, computed from the cells: with the default
-    defences no attack puts a hostile client on top (where the same clients were not on top in the clean run
-    of the same seed); the accuracy change against clean, paired by seed, has its 95 % interval above −2
-    points at f = 1 and −5 points at f = 3 (:func:`drop_verdict`: meets, misses, or not resolved); and no
-    honest update is rejected in a clean run."""
+    """The defaults (and the candidate defences of :data:`TARGETED`) against their targets, one line per
+    column, computed from the cells: no attack puts a hostile client on top (where the same clients were not
+    on top in the clean run of the same seed); the accuracy change against clean, paired by seed, has its
+    95 % Student-t interval above −2 points at f = 1 and −5 points at f = 3 (:func:`drop_verdict`: meets,
+    misses, or not resolved); and no honest update is rejected in a clean run. A column measured on some
+    rows only (:data:`VARIANT_ROWS`) is judged on those."""
     lines = []
-    attacked = [(b, f) for b, f in ROWS if b != "clean"]
     for column in [c for c, (variant, _) in COLUMNS.items() if variant in TARGETED]:
+        attacked = [(b, f) for b, f in column_rows(column) if b != "clean"]
         clean = found["clean", column]
         if not clean["accuracy"]:
             lines.append(f"- **{column}**: not measured yet (no clean run)")
             continue
-        misses, unresolved, on_top, measured = [], [], [], 0
+        misses, unresolved, on_top, seeds, measured = [], [], [], set(), 0
         for behaviour, f in attacked:
             cell = found[row_name(behaviour, f), column]
             if not cell["accuracy"]:
                 continue
             measured += 1
-            mean, low, high = drop_interval(cell, clean)
-            verdict = drop_verdict(low, high, TARGET_DROP[f])
+            seeds.add(len(paired_changes(cell, clean)))
+            verdict, mean, low, high = drop_verdict(cell, clean, TARGET_DROP[f])
             shown = f"{row_name(behaviour, f)} {mean:+.1f} [{low:+.1f}, {high:+.1f}]"
             if verdict == "misses":
                 misses.append(shown)
             elif verdict == "not resolved":
-                unresolved.append(shown if np.isfinite(mean) else f"{row_name(behaviour, f)} (one seed)")
+                unresolved.append(shown if np.isfinite(low) else f"{row_name(behaviour, f)} (one seed)")
             # on top because of the attack: not where the same clients were on top in the clean run
             clean_top = dict(zip(clean["seed"], clean.get(f"top_f{f}", []), strict=False))
             gained = [s for s, t in zip(cell["seed"], cell["top"], strict=True) if t and not clean_top.get(s)]
@@ -466,15 +508,19 @@ def targets(found: Mapping[tuple[str, str], Mapping[str, list[float]]]) -> list[
             lines.append(f"- **{column}**: not measured yet (no attacked row)")
             continue
         met = measured - len(misses) - len(unresolved)
+        only = f", of {len(ROWS) - 1}: the column covers no other" if len(attacked) < len(ROWS) - 1 else ""
         parts = [f"accuracy target met in {met} of {measured} attacked rows"]
         parts.append("missed in " + ("; ".join(misses) if misses else "none"))
         if unresolved:
             parts.append("not resolved in " + "; ".join(unresolved))
         parts.append("hostile on top in " + ("; ".join(on_top) if on_top else "no row"))
         lines.append(
-            f"- **{column}** ({measured} attacked rows measured{pending}): " + "; ".join(parts) + "; honest "
+            f"- **{column}** ({measured} attacked rows measured{pending}{only}): "
+            + "; ".join(parts)
+            + "; honest "
             f"updates rejected in the clean runs: {honest}; clipped: {clipped}; largest honest update-norm "
-            f"ratio to the round's median there: {ratio:.1f}"
+            f"ratio to the round's median there: {ratio:.1f}; each change paired over "
+            f"{_seeds_text(seeds)}"
         )
     return lines
 

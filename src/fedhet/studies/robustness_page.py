@@ -15,11 +15,14 @@ from fedhet.studies.robustness import (
     CONFIG,
     PAGE,
     RECORDS,
+    VARIANT_ROWS,
     cells,
     collect,
     draw_figure,
     engine_check_cells,
     engine_check_lines,
+    paired_seeds,
+    row_name,
     run_values,
     table_lines,
     targets,
@@ -55,6 +58,10 @@ def page(
     counts = sorted({len(v["accuracy"]) for v in found.values() if v["accuracy"]}) or [0]
     seeds_text = f"{counts[0]} to {counts[-1]}" if len(counts) > 1 else str(counts[0])
     params = ", ".join(f"{k} = {v}" for k, v in d.split_params.items())
+    paired = paired_seeds(found)
+    partial = "; ".join(
+        f"the rows {', '.join(row_name(b, f) for b, f in rows)}" for variant, rows in VARIANT_ROWS.items()
+    )
     figure_line = ""
     if figure_path is not None:
         rel = Path("..") / "figures" / figure_path.name
@@ -83,7 +90,8 @@ with f assumed hostile, Multi-Krum averaging the 10 − f lowest scores; centere
 iteration); the same median, trimmed mean and Krum computed by Flower's own strategies (FedMedian,
 FedTrimmedAvg, Krum from `flwr.serverapp.strategy`, `aggregation.implementation = "flower"`: Flower's
 `aggregate_train` on the round's replies), the anchor that fedhet's rules are Flower's; CELM, CGSV, ShapFed
-and FedRAC with the defaults.
+and FedRAC with the defaults; CELM with its evidence computed from updates clipped to the round's median
+length (`method.params.evidence_clip = 1`, the defaults otherwise), measured on {partial} only.
 
 **Provenance.** `{COMMAND}` (resumable: it adds the seeds not yet recorded), then `fedhet robustness page`;
 the cells below hold {seeds_text} seed(s), computed at commit(s) {recorded}, {hours:.1f} CPU-hours in all, on
@@ -98,10 +106,12 @@ Computed from the cells below: with the defaults no attack puts a hostile client
 only where the same clients were not on top in that seed's clean run: FedAvg weighs by sample count, so a
 client the split made largest is on top with or without an attack), the final accuracy stays within 2 points
 of the clean run at f = 1 and within 5 points at f = 3, and no honest update is rejected in a clean run. The
-accuracy target is judged on the change against the clean run paired by seed, with its 95 % Student-t
-interval (shown as mean [low, high] in points): **met** when the whole interval lies above −2 (f = 1) or −5
-(f = 3), **missed** when it lies below, **not resolved** when it straddles the target (the seeds cannot
-tell; more seeds narrow it). Each line also counts the honest updates the clipping guard shortened in the
+accuracy target is judged on the change against the clean run paired by seed (the same split and initial
+model), not on the seeds' mean: the mean of the n paired changes with its 95 % Student-t interval (n − 1
+degrees of freedom; shown as mean [low, high] in points), here over {paired} per row: **met** when the
+whole interval lies above −2 (f = 1) or −5 (f = 3), **missed** when it lies below, **not resolved** when it
+straddles the target (the seeds cannot tell; more seeds narrow it). A row with one seed has no interval
+and is never resolved. Each line also counts the honest updates the clipping guard shortened in the
 clean runs, and the largest ratio of an honest update's norm to its round's median there (how close honest
 clients come to the guards).
 
