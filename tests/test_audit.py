@@ -20,7 +20,8 @@ def _tmp_cache(tmp_path, monkeypatch):
 
 def synthetic_audit() -> tuple[Audit, list[dict]]:
     """Four clients, four classes. By construction: client 0 has a low weight and evidence on one class
-    (low marginal value: its evidence moved as the others' did, so it is no free rider); client 1 holds
+    (low weight, the method's view: its evidence moved as the others' did, so it is no free rider; no
+    standalone accuracies, so no claim of low marginal value); client 1 holds
     60 % of class 2's evidence (a maverick, 'dominant'); client
     3's updates vanish in rounds 2 and 3 (stale); client 2 was rejected in round 1 and failed in round 3;
     client 1's updates were clipped in rounds 2 and 3 (to 0.8 and 0.5 of their norms)."""
@@ -65,7 +66,8 @@ def test_flags_on_a_hand_built_run():
     # 0.6 >= 0.5 on class 2. Stale: round 2 median 1.0, client 3 sends 0.0; round 3 median 1.0, 0.005 < 0.01;
     # round 1 median 1.1, nobody below 0.011. Evidence did not move for anyone: median change 0, no flatness.
     assert [(f.client, f.kind, f.evidence) for f in flags] == [
-        (0, "low marginal value", "weight 0.100 = 0.40 × 1/N; evidence on 1 of 4 classes (share ≥ 1/(2N))"),
+        (0, "low weight",
+         "celm's view: weight 0.100 = 0.40 × 1/N; evidence on 1 of 4 classes (share ≥ 1/(2N))"),
         (1, "maverick", "class 2: dominant holder (60 % of its evidence); weight 0.300 = 1.20 × 1/N"),
         (2, "rejected updates", "1 round(s) (1); round 1: update norm 9 exceeds 10 × the round's median"),
         (1, "clipped updates", "2 round(s) (2, 3); smallest scale 0.5 (round 3)"),
@@ -75,12 +77,12 @@ def test_flags_on_a_hand_built_run():
     ]  # fmt: skip
 
 
-def test_a_silent_client_is_a_free_rider_suspect_and_a_lasting_low_weight_low_marginal_value():
+def test_a_silent_client_is_a_free_rider_suspect_and_a_lasting_low_weight_the_methods_view():
     audit, _ = synthetic_audit()
     audit.class_shares = np.full((4, 4), 0.25)  # every client covers every class
     # client 0 (weight 0.1): its kept updates are orthogonal to the others' (|cos| 0.004 = 0.4 / √10000: as
     # a random direction) in rounds 1-3; client 3's (weight 0.3) too: free-rider suspects whatever their
-    # weights, never low value
+    # weights, never low weight
     lines = [
         {"round": r, "clients": [0, 1, 2, 3],
          "update_alignment": {"0": 0.004 * (-1) ** r, "1": 0.3, "2": -0.2, "3": 0.004},
@@ -90,18 +92,18 @@ def test_a_silent_client_is_a_free_rider_suspect_and_a_lasting_low_weight_low_ma
     flags = flag_clients(audit, lines, AuditSettings())
     assert [(f.client, f.kind) for f in flags] == [(0, "free-rider suspect"), (3, "free-rider suspect")]
     # two rounds of |cos| 0.3 in three lift client 0's median of |cos| × 100 to 30 (≥ 2): its updates
-    # carried information, and its low weight is low marginal value
+    # carried information, and its low weight is the method's view of it
     lines[0]["update_alignment"]["0"] = lines[1]["update_alignment"]["0"] = 0.3
     assert [(f.client, f.kind) for f in flag_clients(audit, lines, AuditSettings())] == [
         (3, "free-rider suspect"),
-        (0, "low marginal value"),
+        (0, "low weight"),
     ]
     # a method without class evidence: low in >= 80 % of its rounds (4 of 5 here), not in 3 of 5
     audit.class_shares, audit.evidence_rounds = None, []
     audit.history = [(r, [0.1 if r <= 4 else 0.3, 0.3, 0.3, 0.3]) for r in range(1, 6)]
     flags = flag_clients(audit, [], AuditSettings())
     assert [(f.client, f.kind, f.evidence.split("; ")[1]) for f in flags] == [
-        (0, "low marginal value", "below 0.75 × 1/N in 4 of 5 rounds")
+        (0, "low weight", "below 0.75 × 1/N in 4 of 5 rounds")
     ]
     audit.history = [(r, [0.1 if r <= 3 else 0.3, 0.3, 0.3, 0.3]) for r in range(1, 6)]
     assert flag_clients(audit, [], AuditSettings()) == []

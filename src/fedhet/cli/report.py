@@ -27,14 +27,16 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "audit",
         help="who contributed what: per-client weights, ranks, evidence, and flags (free-rider suspect, "
-        "low marginal value, maverick, rejected updates, failed rounds, stale uploads, ...) with the "
+        "low marginal value, low weight, maverick, rejected updates, failed rounds, stale uploads, ...) with "
+        "the "
         "evidence behind each",
         description="Audit run directories of methods that estimate contributions or rewards (CELM, CGSV, "
         "ShapFed, CFFL, IAFL, FedRAC, FedSAC). Flags: free-rider suspect = updates that carry no "
         "information, whatever the weight (the median over the kept rounds of |cos| with the round's "
         "other updates x sqrt(weights compared) < 2, or a norm repeated round after round); low marginal "
-        "value = any "
-        "other final weight < 0.75/N (for methods without class evidence: in >= 80% of the rounds); "
+        "value = a standalone accuracy whose gain over chance is < 0.75 x the clients' mean gain (where the "
+        "run recorded standalone accuracies); low weight = the method's view: a final weight < 0.75/N (for "
+        "methods without class evidence: in >= 80% of the rounds); "
         "maverick = >= 50% of a class's samples as described in round 0; rejected updates / clipped "
         "updates / failed rounds as recorded; stale uploads = an update norm below 0.01 x the round's "
         "median; starved class. See docs/audit.md for their measured precision and recall.",

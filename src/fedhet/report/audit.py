@@ -1,9 +1,10 @@
 """The contribution audit (``fedhet audit RUN_DIR...``): who contributed what, and why the tool says so.
 
 It reads what a run recorded and the server could know: the contribution weights (or rewards) per round,
-the self-described sample counts, CELM's per-class evidence, the update norms ‖w_i − w_sent‖ and the
-rejected or failed updates. It never reads the split's ground truth (``partition.json``): that is kept
-for :func:`ground_truth`, which validates the flags (``fedhet study audit-validation``, docs/audit.md).
+the self-described sample counts, CELM's per-class evidence, the update norms ‖w_i − w_sent‖, the
+rejected or failed updates and the standalone accuracies where the run has them. It never reads the
+split's ground truth (``partition.json``): that is kept for :func:`ground_truth`, which validates the
+flags (the contribution-estimators study; docs/audit.md).
 
 The flags, each with the numbers behind it (thresholds in :class:`AuditSettings`):
 
@@ -15,11 +16,17 @@ The flags, each with the numbers behind it (thresholds in :class:`AuditSettings`
   ``repeat_tolerance`` (relative) in at least half of its consecutive kept rounds (one update re-sent);
   never a client rejected or failed in the round its final weight comes from (its 0 is the server's doing:
   the rejected / failed flags name it);
-- **low marginal value**: any other final weight below ``low_weight`` × 1/N (0.75: a quarter under an equal
-  share; for a method without class-wise evidence: a weight that low in at least ``persistent`` of the
-  rounds), with CELM's evidence on few classes named where it is (class shares ≥ 1/(2N) on fewer than half
-  the classes): the method values the client's data little (redundant with the others', or little of it);
-  an honest client's finding, not an accusation;
+- **low marginal value**: a client whose data, trained alone, learns little: its standalone accuracy's
+  gain over chance (1/K; the run's pre-pass, recorded in ``standalone`` where the run measured fairness or
+  the method needed it) is under ``low_value`` × the clients' mean gain. Exact Shapley's own first term is
+  that gain, and on the estimator benchmark it is the estimate that ranks clients most like exact Shapley
+  (docs/results/contribution-estimators.md); a run without standalone accuracies gets no such flag. A fact
+  about the client's data, not an accusation, and not about its weight;
+- **low weight**: a final weight below ``low_weight`` × 1/N (0.75: a quarter under an equal share;
+  for a method without class-wise evidence: a weight that low in at least ``persistent`` of the rounds),
+  with CELM's evidence on few classes named where it is (class shares ≥ 1/(2N) on fewer than half the
+  classes): the method's view of the client, stated as the method's. It is not a measure of marginal value:
+  on the benchmark most methods' low weights disagree with exact Shapley more often than they agree;
 - **maverick**: the client holds at least ``dominant_share`` of a class's samples as the clients described
   them in round 0 ("sole" from ``sole_share``); for a run recorded without the descriptions, of CELM's
   de-biased evidence of the class;
@@ -67,9 +74,12 @@ from fedhet.report.informativeness import sends_no_information
 from fedhet.report.markdown import find_runs
 
 FLAGS = (
-    "free-rider suspect", "low marginal value", "maverick", "rejected updates", "clipped updates",
-    "failed rounds", "stale uploads", "starved class",
+    "free-rider suspect", "low marginal value", "low weight", "maverick", "rejected updates",
+    "clipped updates", "failed rounds", "stale uploads", "starved class",
 )  # fmt: skip
+#: Flags without a truth in a run's own records (:func:`ground_truth`): low marginal value is judged against
+#: exact Shapley values (the contribution-estimators study); low weight states what the method did.
+NO_RUN_TRUTH = ("low marginal value", "low weight")
 
 
 @dataclass(frozen=True)
@@ -77,6 +87,7 @@ class AuditSettings:
     """The flags' thresholds (module docstring); chosen once, validated in docs/audit.md, not per run."""
 
     low_weight: float = 0.75
+    low_value: float = 0.75  # standalone gain over chance < this × the mean gain (as the truth on Shapley)
     no_alignment: float = 2.0
     repeat_tolerance: float = 1e-5
     min_rounds: int = 3
@@ -109,6 +120,7 @@ class Audit:
     sample_share: np.ndarray | None  # (N,) self-described sample counts / total
     class_shares: np.ndarray | None  # (N, K) share of each class's de-biased evidence (CELM, last warm-up)
     described: np.ndarray | None = None  # (N, K) the class counts each client described in round 0
+    standalone: np.ndarray | None = None  # (N,) each client's standalone accuracy (the run's pre-pass)
     evidence_rounds: list[dict[str, Any]] = field(default_factory=list)
     flags: list[Flag] = field(default_factory=list)
     #: What the page calls the clients (``1 (south)``) and the classes (fedhet.engine.names).
@@ -189,6 +201,8 @@ def load_audit(run_dir: Path, settings: AuditSettings | None = None) -> Audit:
         class_shares=class_shares,
         evidence_rounds=evidence,
         described=_described(summary.get("described_class_counts"), weights.size),
+        # the standalone accuracies (NaN: a client the pre-pass could not train), where the run has them
+        standalone=float_array(summary["standalone"]) if summary.get("standalone") else None,
         names=RunNames.of_summary(summary),
     )
     audit.flags = flag_clients(audit, lines, settings or AuditSettings())
@@ -210,6 +224,7 @@ def flag_clients(audit: Audit, lines: Sequence[dict[str, Any]], s: AuditSettings
     silent = sends_no_information(lines, s.no_alignment, s.repeat_tolerance, s.min_rounds)
     silent = {cid: text for cid, text in silent.items() if cid not in unused}
     flags += [Flag(cid, "free-rider suspect", text) for cid, text in sorted(silent.items()) if cid < n]
+    flags += [f for f in _low_value_flags(audit, s) if f.client not in silent]
     if audit.weight_source == "contribution":
         low = _low_weight_flags(audit, s, uniform)
         flags += [f for f in low if f.client not in unused and f.client not in silent]
@@ -300,11 +315,11 @@ def _starved_class_flags(audit: Audit, s: AuditSettings, uniform: float) -> list
 
 
 def _low_weight_flags(audit: Audit, s: AuditSettings, uniform: float) -> list[Flag]:
-    """**low marginal value**: clients whose final weight is under ``low_weight`` × 1/N (the method values
-    their data little: redundant with the others', or little of it), with the reasons found; for a method
-    without class evidence, only a weight that low in ``persistent`` of the rounds. An honest client's
-    finding, not an accusation (a client whose updates carried no information is a free-rider suspect
-    instead: :func:`sends_no_information`)."""
+    """**low weight**: clients whose final weight is under ``low_weight`` × 1/N, with the reasons found; for
+    a method without class evidence, only a weight that low in ``persistent`` of the rounds. The method's
+    view, stated as the method's: no claim about the client's marginal value (:func:`_low_value_flags`), nor
+    an accusation (a client whose updates carried no information is a free-rider suspect instead:
+    :func:`sends_no_information`)."""
     w, shares = audit.weights, audit.class_shares
     flags = []
     for i in range(audit.num_clients):
@@ -321,8 +336,36 @@ def _low_weight_flags(audit: Audit, s: AuditSettings, uniform: float) -> list[Fl
             lasting = low >= s.persistent * len(audit.history)
             reasons.append(f"below {s.low_weight:g} × 1/N in {low} of {len(audit.history)} rounds")
         if lasting:
-            flags.append(Flag(i, "low marginal value", "; ".join([weight, *reasons])))
+            flags.append(Flag(i, "low weight", "; ".join([f"{audit.method}'s view: {weight}", *reasons])))
     return flags
+
+
+def _low_value_flags(audit: Audit, s: AuditSettings) -> list[Flag]:
+    """**low marginal value**: clients whose standalone accuracy gains little over chance (1/K, K the classes
+    the clients described; 0 where the run does not say) against the clients' mean gain: under
+    ``low_value`` × that mean. Nothing where the run recorded no standalone accuracies, or the mean gain is
+    not positive (no client learns: nothing to compare with)."""
+    acc = audit.standalone
+    if acc is None or acc.size != audit.num_clients or not np.any(np.isfinite(acc)):
+        return []
+    k = audit.described.shape[1] if audit.described is not None else len(audit.names.classes)
+    chance = 1.0 / k if k else 0.0
+    gain = acc - chance
+    mean = float(np.nanmean(gain))
+    if not mean > 0:
+        return []
+    baseline = f"chance 1/{k}" if k else "0 (the run names no classes)"
+    return [
+        Flag(
+            i,
+            "low marginal value",
+            f"its data alone learns little: standalone accuracy {acc[i]:.3f}, a gain over {baseline} of "
+            f"{gain[i] / mean:.2f} × the clients' mean (< {s.low_value:g}); its {audit.weight_source} "
+            f"{audit.weights[i]:.3f}",
+        )
+        for i in range(audit.num_clients)
+        if np.isfinite(gain[i]) and gain[i] < s.low_value * mean
+    ]
 
 
 def _round_list(rounds: list[int], shown: int = 6) -> str:
@@ -340,9 +383,9 @@ def ground_truth(run_dir: Path, s: AuditSettings | None = None) -> dict[str, lis
     faults); the ``free-rider`` split's client trains on its few samples and sends that update, so it is no
     free-rider truth here: its finding, if any, is low marginal value, judged against exact Shapley."""
     s = s or AuditSettings()
-    # "low marginal value" has no truth here: it needs every coalition's value (fedhet shapley; the
-    # contribution-estimators study judges it against exact Shapley)
-    truth: dict[str, list[int]] = {kind: [] for kind in FLAGS if kind != "low marginal value"}
+    # "low marginal value" and "low weight" have no truth here (NO_RUN_TRUTH): the first needs every
+    # coalition's value (fedhet shapley; the contribution-estimators study judges it against exact Shapley)
+    truth: dict[str, list[int]] = {kind: [] for kind in FLAGS if kind not in NO_RUN_TRUTH}
     part = json.loads((run_dir / PARTITION_FILE).read_text())
     counts = np.asarray(part["counts"], dtype=np.float64)
     totals = counts.sum(axis=0)
