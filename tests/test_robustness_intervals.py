@@ -118,12 +118,22 @@ def _partial_found() -> _Found:
     return found
 
 
-def test_a_column_measured_on_some_rows_is_judged_on_those_and_shows_a_dash_elsewhere():
-    assert robustness.column_rows("CELM, evidence clip 1") == (
-        ("clean", 0),
-        ("adaptive-scale", 1),
-        ("adaptive-scale", 3),
-    )
+#: the rows the evidence-clip column is given in these tests (the shipped column may cover more)
+THREE_ROWS = (("clean", 0), ("adaptive-scale", 1), ("adaptive-scale", 3))
+
+
+def test_the_shipped_partial_column_plans_cells_only_in_its_rows():
+    rows = robustness.VARIANT_ROWS["evidence-clip-1"]
+    assert ("clean", 0) in rows and len(rows) < len(robustness.ROWS)
+    planned = {c.path for c in robustness.cells() if c.path.endswith("/evidence-clip-1")}
+    assert planned == {f"{robustness.row_name(b, f)}/evidence-clip-1" for b, f in rows}
+    # every other variant still has a cell in every row
+    assert len(robustness.cells()) == len(robustness.ROWS) * (len(robustness._variants(1)) - 1) + len(rows)
+
+
+def test_a_column_measured_on_some_rows_is_judged_on_those_and_shows_a_dash_elsewhere(monkeypatch):
+    monkeypatch.setitem(robustness.VARIANT_ROWS, "evidence-clip-1", THREE_ROWS)
+    assert robustness.column_rows("CELM, evidence clip 1") == THREE_ROWS
     by_path = {cell.path for cell in robustness.cells()}
     assert "adaptive-scale/f3/evidence-clip-1" in by_path and "noise/f1/evidence-clip-1" not in by_path
     found = _partial_found()
@@ -148,8 +158,10 @@ def test_a_column_measured_on_some_rows_is_judged_on_those_and_shows_a_dash_else
     )
 
 
-def test_the_page_says_which_rule_judges_the_targets_and_over_how_many_seeds():
+def test_the_page_says_which_rule_judges_the_targets_and_over_how_many_seeds(monkeypatch):
     from fedhet.studies.robustness_page import page
+
+    monkeypatch.setitem(robustness.VARIANT_ROWS, "evidence-clip-1", THREE_ROWS)
 
     text = page(None, None, None, _partial_found())
     flat = " ".join(text.split())
@@ -159,3 +171,4 @@ def test_the_page_says_which_rule_judges_the_targets_and_over_how_many_seeds():
     )
     assert "A row with one seed has no interval and is never resolved." in flat
     assert "`method.params.evidence_clip = 1`" in flat
+    assert "measured on the rows clean, adaptive-scale/f1, adaptive-scale/f3 only." in flat

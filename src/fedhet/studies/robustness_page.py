@@ -1,6 +1,7 @@
 """The robustness results page (``fedhet robustness page``; docs/results/robustness.md), rendered from the
 cell records of :mod:`fedhet.studies.robustness`: setting, provenance, the computed targets, the table, the
-Flower-engine check and the figure."""
+Flower-engine check, the figure and the trade-off of clean cost against the worst attack
+(:mod:`fedhet.studies.robustness_tradeoff`)."""
 
 from __future__ import annotations
 
@@ -27,6 +28,7 @@ from fedhet.studies.robustness import (
     table_lines,
     targets,
 )
+from fedhet.studies.robustness_tradeoff import TRADEOFF_FIGURE, draw_tradeoff, tradeoff_lines
 
 
 def _provenance(
@@ -62,10 +64,12 @@ def page(
     partial = "; ".join(
         f"the rows {', '.join(row_name(b, f) for b, f in rows)}" for variant, rows in VARIANT_ROWS.items()
     )
-    figure_line = ""
+    figure_line = tradeoff_figure = ""
     if figure_path is not None:
         rel = Path("..") / "figures" / figure_path.name
         figure_line = f"\n![accuracy change against the clean run, by attack and column]({rel.as_posix()})\n"
+        tradeoff_rel = (Path("..") / "figures" / TRADEOFF_FIGURE).as_posix()
+        tradeoff_figure = f"\n![clean cost against the worst attacked change, by column]({tradeoff_rel})\n"
     return f"""# Robustness: hostile clients against the defences and the contribution methods
 
 What hostile clients do to the model a federation ends with and to each method's estimate of who contributed
@@ -121,6 +125,13 @@ clients come to the guards).
 
 {chr(10).join(table_lines(found))}
 {figure_line}
+## Clean cost against the worst attack
+
+What each column costs without an attack and what the worst attack measured does to it, from the cells
+above: a default should cost at most about one point of clean accuracy and keep the worst change small.
+
+{chr(10).join(tradeoff_lines(found))}
+{tradeoff_figure}
 ## On Flower's engine
 
 The cells above run in fedhet's embedded engine. The Flower columns of the rows below were run again, seed
@@ -142,6 +153,7 @@ def write_page(out: Path | None, root: Path, draw: bool = True) -> Path:
     if draw:
         figure_path = root / "docs" / "figures" / "robustness.png"
         draw_figure(found, figure_path)
+        draw_tradeoff(found, figure_path.parent / TRADEOFF_FIGURE)
     path = root / PAGE
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(page(None, figure_path, records, found))
