@@ -273,6 +273,30 @@ BENCHES = (
         "(`max_accuracy_difference`, a row of the table). `python benchmarks/coalitions.py --fashion-mnist` "
         "adds N = 8 on 12,000 Fashion-MNIST images with mlp200.",
     ),
+    Bench(
+        "flower_rounds",
+        "Flower deployment rounds on loopback",
+        ("benchmarks/flower_rounds.py", "--rounds", "5", "--json"),
+        1200,
+        "The one-host walkthrough of docs/flower.md (wine, three sites, FedAvg, tabular-mlp; each SuperNode "
+        "reads its own CSV, `node-tables=true`) on a real deployment: one SuperLink and three SuperNodes on "
+        "127.0.0.1, `flwr run`, against a minimal Flower app on the same nodes (benchmarks/flower_echo_app/: "
+        "the ServerApp sends every node the model's weights as an ArrayRecord, the ClientApp returns them "
+        "unchanged) and against the embedded engine on the same config. Twice: on nodes as Flower starts "
+        "them (each SuperNode starts `flower-superexec`, which starts a new `flwr-clientapp` process for "
+        "every message: it imports the app, torch and fedhet for fedhet's, answers and exits) and on warm "
+        "nodes (`--isolation process` with `python -m fedhet.flower.node_exec` beside each node: every "
+        "message is still answered in a process of its own, by Flower's own ClientApp code, forked from a "
+        "process that imported torch and fedhet once). A round is timed by fedhet's round loop "
+        "(`timings.jsonl`: train + eval, the exchange and the server's evaluation) and, for the minimal app, "
+        "around its `send_and_receive`; medians over the rounds, start-up (nodes joining, the table reports, "
+        "the describe exchange, the minimal app's first exchange) excluded. Flower 1.42's deployment moves "
+        "in steps of its pollers (a SuperNode without a message asks again after 3 s, `send_and_receive` "
+        "asks for replies every 3 s, the SuperExec looks for tasks every second), so no app's round is "
+        "shorter than about 3 s. The target compares fedhet on warm nodes with the minimal app on Flower's "
+        "own nodes; `fedhet_warm_over_minimal_warm_round` compares both on warm nodes. Every deployment "
+        "run's metrics.jsonl must equal the embedded run's byte for byte (`identical`).",
+    ),
 )
 
 

@@ -24,7 +24,6 @@ from typing import Any
 import numpy as np
 from flwr.app import ConfigRecord, Context, Message, MessageType, RecordDict
 from flwr.serverapp import Grid, ServerApp
-from flwr.superlink.grid import InMemoryGrid
 
 from fedhet.config import ExperimentConfig, load_config, to_toml
 from fedhet.engine.boundary import check_transport
@@ -49,6 +48,8 @@ def wait_for_nodes(grid: Grid, count: int, timeout: float) -> list[int]:
     """The connected nodes, waiting up to ``timeout`` seconds for ``count`` of them. On Flower's simulation
     (its in-memory Grid: ``flwr run`` on a simulation federation) every SuperNode is registered at once, so
     a count other than ``count`` is refused as soon as it stops changing, naming ``num-supernodes``."""
+    from flwr.superlink.grid import InMemoryGrid  # here: a ClientApp process imports this module too
+
     simulated = isinstance(grid, InMemoryGrid)
     deadline = time.monotonic() + timeout
     nodes = sorted(grid.get_node_ids())
