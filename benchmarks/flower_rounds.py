@@ -152,6 +152,7 @@ def main() -> int:
     from fedhet.models import build_model
 
     torch.set_num_threads(1)
+    load_before = os.getloadavg()[0]  # the machine's load: these rounds wait on processes starting
     cfg = load_config(APP / "wine.toml")
     cfg.train.rounds = args.rounds
     with tempfile.TemporaryDirectory() as tmp:
@@ -176,6 +177,8 @@ def main() -> int:
             (d / "metrics.jsonl").read_bytes() == expected for r in runs.values() for d in r["run_dirs"]
         )
 
+    load_after = os.getloadavg()[0]
+    load = f"load average {load_before:.1f} at the start, {load_after:.1f} at the end, {os.cpu_count()} CPUs"
     med = statistics.median
     flower, warm = runs["flower"], runs["warm"]
     floor = med(flower["minimal"])  # Flower's own round: the echo app on nodes as Flower starts them
@@ -188,7 +191,7 @@ def main() -> int:
     at = commit(ROOT, ("src", "benchmarks", "examples"))
     print(
         "wine walkthrough (FedAvg, tabular-mlp, 3 SuperNodes on 127.0.0.1, node-tables), "
-        f"{args.rounds} rounds, {args.repeats} run(s) of each app on each kind of node; commit {at}"
+        f"{args.rounds} rounds, {args.repeats} run(s) of each app on each kind of node; commit {at}; {load}"
     )
 
     def show(label: str, values: list[float], digits: int = 2) -> None:
@@ -238,7 +241,7 @@ def main() -> int:
             {"fedhet_warm_over_minimal_flower_round": "<= 1.5"},
             settings=(
                 f"wine walkthrough, 3 SuperNodes on 127.0.0.1, {args.rounds} rounds x {args.repeats} run(s) "
-                "per app and kind of node; per-round medians, start-up excluded"
+                f"per app and kind of node; per-round medians, start-up excluded; {load}"
             ),
             rows=[{"minimal_round_s": floor, **{f"{k}_round_s": v for k, v in m.items()}, "identical": same}],
             commit=at,
