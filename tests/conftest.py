@@ -34,6 +34,32 @@ def every_method_run(tmp_path_factory: pytest.TempPathFactory) -> subprocess.Com
     )
 
 
+@pytest.fixture(scope="session")
+def cifar10_cache(tmp_path_factory: pytest.TempPathFactory, worker_id: str) -> Path:
+    """A ``$FEDHET_CACHE`` holding CIFAR-10 decoded from the shared JPEG tarball, decoded once per `make test`
+    however many workers and tests need it (the decoding takes ~40 s of a 2-core machine's time): the first
+    worker to ask decodes under a file lock, the others wait and read. Skips where the tarball is absent."""
+    from filelock import FileLock
+
+    from fedhet.data.datasets import load_dataset, locations
+
+    if locations.shared_data_file("cifar10-jpg.tar.gz") is None:
+        pytest.skip(f"CIFAR-10 JPEG tarball absent from {[str(d) for d in locations.SHARED_DATA_DIRS]}")
+    # every worker's base folder lies in one folder of this `make test`; without workers: the base folder
+    shared = (
+        tmp_path_factory.getbasetemp() if worker_id == "master" else tmp_path_factory.getbasetemp().parent
+    )
+    cache = shared / "cifar10-cache"
+    with FileLock(str(shared / "cifar10-cache.lock")):
+        if not (cache / "decoded").exists():
+            with pytest.MonkeyPatch.context() as patch:
+                patch.setenv("FEDHET_CACHE", str(cache))
+                patch.delenv("FEDHET_DATA", raising=False)
+                load_dataset("cifar10")
+            (cache / "decoded").touch()
+    return cache
+
+
 @pytest.fixture
 def forget_registrations(monkeypatch: pytest.MonkeyPatch) -> None:
     """Methods, models and attacks a test registers are forgotten after it: other tests in the same worker
@@ -46,3 +72,10 @@ def forget_registrations(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(attacks, "_REGISTERED", dict(attacks._REGISTERED))
     monkeypatch.setattr(models, "MODELS", dict(models.MODELS))
     monkeypatch.setattr(models, "USER_MODELS", set(models.USER_MODELS))
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The slow end-to-end tests (marker ``slow``) first, each group in its file order: `make test` hands
+    tests to its two workers in this order, and a minutes-long test handed out last leaves the other worker
+    idle until it ends (longest first is the classic rule for sharing jobs between machines)."""
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)

@@ -115,8 +115,11 @@ def test_the_page_says_what_was_met_missed_failed_and_not_run():
         assert f"`{bench.command}`" in page
 
 
-def run_gpu_script(name: str, tmp_path, timeout: int, **env_vars) -> None:
-    """Run benchmarks/NAME at tiny scale on the CPU (SCALE=tiny, this interpreter, a private cache)."""
+def run_gpu_script(name: str, tmp_path, timeout: int, cifar10_cache, **env_vars) -> None:
+    """Run benchmarks/NAME at tiny scale on the CPU (SCALE=tiny, this interpreter, a private cache that
+    reads the CIFAR-10 the suite decoded once: the decoding is tested in test_datasets.py)."""
+    (tmp_path / "cache").mkdir()
+    (tmp_path / "cache" / "datasets").symlink_to(cifar10_cache / "datasets", target_is_directory=True)
     env = {**os.environ, "SCALE": "tiny", "PYTHON": sys.executable, "FEDHET_CACHE": str(tmp_path / "cache")}
     done = subprocess.run(
         ["bash", str(ROOT / "benchmarks" / name), str(tmp_path / "out")],
@@ -128,8 +131,9 @@ def run_gpu_script(name: str, tmp_path, timeout: int, **env_vars) -> None:
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
 
 
-def test_gpu_check_script_runs_at_tiny_scale_on_the_cpu(tmp_path):
-    run_gpu_script("gpu_check.sh", tmp_path, 400, DEVICE="cpu")
+@pytest.mark.slow
+def test_gpu_check_script_runs_at_tiny_scale_on_the_cpu(tmp_path, cifar10_cache):
+    run_gpu_script("gpu_check.sh", tmp_path, 400, cifar10_cache, DEVICE="cpu")
     result = json.loads((tmp_path / "out" / "gpu_round.json").read_text())
     assert result["benchmark"] == "gpu_round"
     assert set(result["ratios"]) == {"celm_round_over_bare", "fedavg_round_over_bare"}
@@ -139,8 +143,9 @@ def test_gpu_check_script_runs_at_tiny_scale_on_the_cpu(tmp_path):
     assert "skipped" in log.lower() and "failed" not in log.lower()  # no CUDA here: they skip, not fail
 
 
-def test_gpu_reproduce_script_writes_its_result_pages_at_tiny_scale_on_the_cpu(tmp_path):
-    run_gpu_script("gpu_reproduce.sh", tmp_path, 600)
+@pytest.mark.slow
+def test_gpu_reproduce_script_writes_its_result_pages_at_tiny_scale_on_the_cpu(tmp_path, cifar10_cache):
+    run_gpu_script("gpu_reproduce.sh", tmp_path, 600, cifar10_cache)
     results = tmp_path / "out" / "results"
     celm = (results / "celm-table1-cifar10.md").read_text()
     row = next(line for line in celm.splitlines() if line.startswith("| CIFAR-10 Dir 0.05 |"))

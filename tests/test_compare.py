@@ -91,6 +91,7 @@ def ckpt_dirs(run_dir):
     return sorted((run_dir / "checkpoints").iterdir())
 
 
+@pytest.mark.slow
 def test_two_worker_processes_give_the_same_metrics_as_one(tmp_path):
     base = _base(rounds=2)
     apply_override(base, "eval.fairness", True)

@@ -90,11 +90,10 @@ def test_fashion_mnist_real():
 
 
 @pytest.fixture(scope="module")
-def cifar10(tmp_path_factory):
-    """CIFAR-10 decoded once from the JPEG tarball into a private cache; yields (dataset, cache dir)."""
-    if CIFAR_JPG is None:
-        pytest.skip(f"CIFAR-10 JPEG tarball absent from {[str(d) for d in locations.SHARED_DATA_DIRS]}")
-    cache = tmp_path_factory.mktemp("cifar-cache")
+def cifar10(cifar10_cache):
+    """CIFAR-10 as this suite decoded it from the JPEG tarball (once, into the shared cache of conftest.py
+    ``cifar10_cache``); yields (dataset, cache dir)."""
+    cache = cifar10_cache
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("FEDHET_CACHE", str(cache))
         patch.delenv("FEDHET_DATA", raising=False)

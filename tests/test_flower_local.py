@@ -182,40 +182,54 @@ def test_flwr_run_on_the_local_simulation_federation_installs_nothing_and_leaves
 def test_quiet_quiets_flower_and_ray_too_but_not_their_warnings(tmp_path):
     config = tmp_path / "digits.toml"
     config.write_text(DIGITS.replace("rounds = 2", "rounds = 1"))
-    env = {**os.environ, "FEDHET_CACHE": str(tmp_path / "cache")}
-    stderr = {}
-    # one after the other (two Ray clusters starting at once on a busy machine may time out); --quiet wins
-    # even where Flower was asked for its DEBUG lines
-    for name, extra, more_env in (("quiet", ["--quiet"], {"FLWR_LOG_LEVEL": "DEBUG"}), ("plain", [], {})):
-        command = [str(BIN / "fedhet"), "run", str(config), "--engine", "flower-simulation"]
-        command += ["--out", str(tmp_path / name), *extra]
-        with open(tmp_path / f"{name}.err", "wb") as out:
-            proc = subprocess.Popen(
-                command,
-                env={**env, **more_env},
-                stdout=subprocess.DEVNULL,
-                stderr=out,
-                start_new_session=True,  # Ray's processes too are stopped with the group if it overruns
-            )
-        try:
-            proc.wait(timeout=240)
-        finally:
-            _stop_group(proc)
-        stderr[name] = (tmp_path / f"{name}.err").read_text(errors="replace")
-        assert proc.returncode == 0, stderr[name]
+    # --quiet wins even where Flower was asked for its DEBUG lines
+    env = {**os.environ, "FEDHET_CACHE": str(tmp_path / "cache"), "FLWR_LOG_LEVEL": "DEBUG"}
+    command = [str(BIN / "fedhet"), "run", str(config), "--engine", "flower-simulation", "--quiet"]
+    with open(tmp_path / "quiet.err", "wb") as out:
+        proc = subprocess.Popen(
+            [*command, "--out", str(tmp_path / "run")],
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=out,
+            start_new_session=True,  # Ray's processes too are stopped with the group if it overruns
+        )
+    try:
+        proc.wait(timeout=240)
+    finally:
+        _stop_group(proc)
+    quiet = (tmp_path / "quiet.err").read_text(errors="replace")
+    assert proc.returncode == 0, quiet
     # a record's level opens its line (after Ray's "(pid=...)" prefix for a worker's; colours dropped):
     # Flower's "INFO :" / "DEBUG <time>:", Ray's "... INFO worker.py", fedhet's root handler "DEBUG flwr:"
     level = re.compile(r"^(?:\(\S*\s*pid=\d+\)\s*)?(?:\S+ \S+ )?(INFO|DEBUG)\b")
-    colour = re.compile(r"\x1b\[[0-9;]*m")
-    quiet = colour.sub("", stderr["quiet"])
+    quiet = re.sub(r"\x1b\[[0-9;]*m", "", quiet)
     assert not [line for line in quiet.splitlines() if level.match(line)], quiet
-    assert "round 1/1" not in quiet, quiet  # no progress
+    assert "round 1/1" not in quiet, quiet  # no progress (tests/test_cli.py: printed without --quiet)
     # Flower's warnings still show, once (its own handler prints them; fedhet's does not print them again)
     assert quiet.count("DEPRECATED FEATURE: The `run_simulation` function is deprecated") == 1, quiet
-    plain = colour.sub("", stderr["plain"])
-    assert "round 1/1" in plain, plain  # the progress line
-    # Flower's DEBUG records stay out without --verbose
-    assert not re.search(r"^DEBUG flwr", plain, re.M), plain
+
+
+def test_without_verbose_fedhet_does_not_print_flowers_records_a_second_time(tmp_path):
+    """Flower sets its logger to DEBUG and prints its records with its own handler; fedhet's command-line
+    handler (``fedhet.cli.main``) must neither print them again nor add Flower's DEBUG records: the records
+    a Flower run makes, made here without starting Ray."""
+    script = (
+        "import logging\n"
+        "import flwr.common.logger  # Flower's logger at DEBUG, with its own handler\n"
+        "from fedhet.cli import main\n"
+        "assert main(['methods']) == 0  # any command sets up fedhet's handler\n"
+        "logging.getLogger('flwr').debug('a Flower debug record')\n"
+        "logging.getLogger('flwr').warning('a Flower warning')\n"
+        "logging.getLogger('fedhet.test').warning('a fedhet warning')\n"
+    )
+    done = subprocess.run(
+        [str(BIN / "python"), "-c", script], capture_output=True, text=True, timeout=120, cwd=tmp_path
+    )
+    assert done.returncode == 0, done.stderr
+    err = re.sub(r"\x1b\[[0-9;]*m", "", done.stderr)
+    assert not re.search(r"^DEBUG flwr", err, re.M), err  # fedhet's format: "LEVEL name: message"
+    assert err.count("a Flower warning") == 1, err  # Flower's handler alone prints it
+    assert "WARNING fedhet.test: a fedhet warning" in err, err  # fedhet's handler still prints its own
 
 
 class SimulatedGrid(InMemoryGrid):

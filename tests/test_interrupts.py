@@ -96,6 +96,7 @@ def _resume(line: str, env: dict[str, str]) -> list[str]:
     return command
 
 
+@pytest.mark.slow
 def test_ctrl_c_finishes_the_round_saves_it_and_the_printed_command_resumes_without_loss(tmp_path, env):
     out = tmp_path / "run"
     # checkpoints every 10 rounds: the round Ctrl-C stops after is saved all the same
@@ -119,6 +120,7 @@ def test_ctrl_c_finishes_the_round_saves_it_and_the_printed_command_resumes_with
         assert _rounds(out) == list(range(1, 21))  # no round lost, none repeated
 
 
+@pytest.mark.slow
 def test_a_second_ctrl_c_stops_at_once(tmp_path, env):
     out = tmp_path / "run"
     # rounds of 10 local epochs (seconds each): both signals, 0.05 s apart, land within one round
@@ -129,6 +131,7 @@ def test_a_second_ctrl_c_stops_at_once(tmp_path, env):
         assert line.startswith("fedhet: interrupted at round ") and "resume with: fedhet run --resume" in line
 
 
+@pytest.mark.slow
 def test_ctrl_c_stops_fedhet_compare_and_the_same_command_with_its_out_resumes(tmp_path, env):
     out = tmp_path / "cmp"
     args = ["compare", "--methods", "fedavg", *TINY, "--rounds", "20", "--no-report", "--out", str(out)]

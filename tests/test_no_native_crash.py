@@ -38,6 +38,7 @@ def test_the_reported_fedprox_labeled_command_completes(tmp_path):
     assert '"method": "fedprox-labeled"' in done.stdout
 
 
+@pytest.mark.slow
 @pytest.mark.xdist_group("every-method-run")  # one worker runs the shared subprocess once
 def test_every_method_runs_on_digits_without_a_native_crash(every_method_run):
     done = every_method_run

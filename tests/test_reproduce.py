@@ -404,6 +404,7 @@ def _page_cells(page: str, methods: list[str]) -> dict[tuple[str, str], str]:
     return cells
 
 
+@pytest.mark.slow
 def test_quick_reproduction_writes_a_result_page_with_every_cell_and_continues(tmp_path, capsys):
     """`fedhet reproduce NAME --scale quick --page`: every (row, method) cell of the table holds our number
     beside the paper's, the page says how to regenerate it and at which scale and commit, its figures exist,
@@ -441,6 +442,7 @@ def test_quick_reproduction_writes_a_result_page_with_every_cell_and_continues(t
     assert again["scale"] == "quick" and all(r["rounds"] == 2 for r in again["results"])
 
 
+@pytest.mark.slow
 def test_a_two_phase_table_runs_its_warm_start_first_and_prints_its_gates(tmp_path):
     """proxyfl-gated at the quick scale: phase A (labeled-only FedAvg) runs first with the same seeds and
     scale, every method of the row starts from its model (model.init_from), and the page holds every cell

@@ -241,6 +241,7 @@ def _alive(pid: int) -> bool:
         return False
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux's")
 def test_compare_workers_die_with_a_killed_parent(tmp_path):
     """SIGKILL to `fedhet compare --jobs 2`: its worker processes end too (they would otherwise keep
