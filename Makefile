@@ -32,29 +32,15 @@ data:
 
 # Two worker processes (pytest-xdist), one torch thread each: the suite is full of subprocesses and servers
 # that wait, so two workers on two cores take about half the time of one. Tests sharing a session fixture
-# carry the same xdist_group and run in one worker.
+# carry the same xdist_group and run in one worker; the slow ones are handed out first (tests/conftest.py).
+# The suite includes tests/test_numerics_passes.py: the numeric-equivalence tests (marker `numerics`) once
+# more under other CPU kernels, two threads and flushed denormals, each pass a pytest process of its own.
 test: setup
 	$(PY) -m pytest tests -n 2 --dist loadgroup
-	@$(MAKE) --no-print-directory -j2 --output-sync=target test-numerics
 
-# The numeric-equivalence tests (marker `numerics`: two implementations within a justified tolerance, or one
-# code path run twice bit for bit) once more under other kernels, thread counts and denormal handling, so a
-# test that holds only on one CPU's default kernels fails on the developer's machine, not on a user's.
-# Only the files that hold such tests are collected (collecting the whole suite costs more than running
-# them); `make test` runs the four passes two at a time, each one's output kept together.
-NUMERICS_FILES = $(shell grep -l "mark.numerics" tests/test_*.py)
-NUMERICS = $(PY) -m pytest $(NUMERICS_FILES) -m numerics -p no:cacheprovider
-NUMERICS_PASSES = numerics-default-kernels numerics-two-threads numerics-flushed-denormals numerics-avx2
-.PHONY: $(NUMERICS_PASSES)
-test-numerics: $(NUMERICS_PASSES)
-numerics-default-kernels: setup
-	ATEN_CPU_CAPABILITY=default $(NUMERICS)
-numerics-two-threads: setup
-	FEDHET_TEST_THREADS=2 OMP_NUM_THREADS=2 $(NUMERICS)
-numerics-flushed-denormals: setup
-	FEDHET_TEST_FLUSH_DENORMAL=1 $(NUMERICS)
-numerics-avx2: setup
-	ATEN_CPU_CAPABILITY=avx2 ONEDNN_MAX_CPU_ISA=AVX2 MKL_ENABLE_INSTRUCTIONS=AVX2 MKL_CBWR=COMPATIBLE $(NUMERICS)
+# Those four passes alone.
+test-numerics: setup
+	$(PY) -m pytest tests/test_numerics_passes.py -n 2
 
 demo: setup
 	$(VENV)/bin/fedhet compare configs/celm/fmnist-maverick.toml --methods fedavg,celm --rounds 30 --set eval.every=2 \
