@@ -261,7 +261,7 @@ def test_a_tls_deployment_stopped_with_flwr_stop_and_resumed_equals_the_embedded
     run_config = {"config": str(tmp_path / "fedhet.toml"), "run-dir": str(run_dir), "connect-timeout": 30.0}
     with flower_cluster(tmp_path / "cluster", tls=True) as cluster:
         for cid, folder in enumerate(folders):
-            cluster.add_node(cid, folder)
+            cluster.add_node(cid, folder, warm=True)  # fedhet's warm SuperExec (the walkthrough: Flower's)
         cluster.add_node(1, folders[1], trusted=False, name="untrusted")  # no CA certificate
         for cid in range(3):
             cluster.wait_for(f"node{cid}", "SuperNode ID")
@@ -310,7 +310,7 @@ def test_a_node_killed_after_round_one_is_reported_and_the_run_completes(tmp_pat
     run_dir = tmp_path / "run"
     with flower_cluster(tmp_path / "cluster") as cluster:
         for cid, folder in enumerate(folders):
-            cluster.add_node(cid, folder)
+            cluster.add_node(cid, folder, warm=True)
         for cid in range(3):
             cluster.wait_for(f"node{cid}", "SuperNode ID")
         import subprocess
