@@ -297,6 +297,23 @@ BENCHES = (
         "own nodes; `fedhet_warm_over_minimal_warm_round` compares both on warm nodes. Every deployment "
         "run's metrics.jsonl must equal the embedded run's byte for byte (`identical`).",
     ),
+    Bench(
+        "estimator_cost",
+        "What each contribution estimator costs",
+        ("benchmarks/estimator_cost.py", "--repeats", "5", "--json"),
+        600,
+        "Every estimator of docs/results/contribution-estimators.md on two of its federations (digits: "
+        "`contributions/digits-n6`, 6 clients, Dirichlet(1.0), mlp200, 30 rounds; diabetes: six sites by "
+        "age band, tabular-mlp), timed as the work that gives it: a method's run for CELM, CGSV, ShapFed, "
+        "IAFL, CFFL and FedRAC's and FedSAC's reputation (the standalone pre-pass taken from the cache); "
+        "a FedAvg run with `eval.contribution_estimators` naming GTG-Shapley or the reconstruction "
+        "Shapley; the standalone pre-pass (every client alone) for standalone accuracy; every coalition "
+        "trained together (`fedhet shapley`) for exact Shapley, Banzhaf and leave-one-out. Sample share "
+        "costs nothing. All in one process, one thread per run, interleaved (every entry once per pass, "
+        "after an untimed warm-up pass); `cost_x_fedavg` is an entry's median over the passes divided by "
+        "FedAvg's median on the same federation, the number to compare estimators by (the page's wall "
+        "times were recorded at different commits and loads).",
+    ),
 )
 
 
