@@ -105,6 +105,7 @@ VARIANT_ROWS: dict[str, tuple[tuple[str, int], ...]] = {
     "evidence-clip-1": (
         ("clean", 0),
         *((attack, f) for f in HOSTILE for attack in ("sign-flip", "label-flip", "replay", "alie", "ipm")),
+        *((attack, f) for f in HOSTILE for attack in ("noise", "scale", "stale", "free-rider")),
         ("adaptive-scale", 1),
         ("adaptive-scale", 3),
     ),
