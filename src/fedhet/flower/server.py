@@ -270,6 +270,8 @@ class FlowerServer(RoundLoop):
         self.node_tables = node_tables
         self.table_encoding: Any = None
         self.table_refused: dict[int, str] = {}
+        #: the round in progress (None between rounds): where a failure happened
+        self.current_round: int | None = None
 
     def build_data(self):
         if self.node_tables:
@@ -323,6 +325,22 @@ class FlowerServer(RoundLoop):
             }
             write_atomic(self.run_dir / FLOWER_NODES_FILE, json.dumps(nodes, indent=2))
 
+    def _one_round(self, rnd: int) -> None:
+        self.current_round = rnd
+        super()._one_round(rnd)
+        self.current_round = None
+
+    def failure_state(self) -> dict[str, Any]:
+        """Where a failed run stopped, for its log lines (``fedhet.flower.server_log.failure_lines``)."""
+        history = getattr(self, "history", [])  # none before setup (a run folder refused, say)
+        return {
+            "run_dir": self.run_dir,
+            "rounds": self.cfg.train.rounds,
+            "failed_in": self.current_round,
+            "done": int(history[-1]["round"]) if history else 0,
+            "saved": getattr(self, "checkpoint_round", None),
+        }
+
     def _train_rounds(self) -> None:
         self.stop_saver.arm()
         try:
@@ -370,17 +388,18 @@ def make_server_app(
             _main(grid, context)
             return
         token = CALLER.set("flower")  # advice in errors names the run config (overwrite=true), not flags
+        made: dict[str, FlowerServer] = {}
         with fedhet_log_to_flower():
             try:
-                _main(grid, context)
+                _main(grid, context, made)
             except BaseException as exc:
-                out = run_dir if run_dir is not None else dict(context.run_config).get("run-dir")
-                log_failure(exc, Path(str(out)) if out is not None else None)
+                # only that it failed, where and how to go on; raised on, so Flower marks the run failed
+                log_failure(exc, **(made["server"].failure_state() if "server" in made else {}))
                 raise
             finally:
                 CALLER.reset(token)
 
-    def _main(grid: Grid, context: Context) -> None:
+    def _main(grid: Grid, context: Context, made: dict[str, FlowerServer] | None = None) -> None:
         from fedhet.experiment import needs_reference, reference_reason, standalone_accuracies
 
         run_config = dict(context.run_config)
@@ -434,6 +453,8 @@ def make_server_app(
             connect_timeout=float(run_config.get("connect-timeout", CONNECT_TIMEOUT)),
             node_tables=node_tables,
         )
+        if made is not None:
+            made["server"] = server
         summary = server.run()
         if on_summary is not None:
             on_summary(summary)

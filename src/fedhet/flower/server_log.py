@@ -5,8 +5,10 @@ stderr it mirrors to the SuperLink's log store (``flower.supercore.logger.mirror
 ``flwr`` logger writes to that stdout. fedhet's records are logged through the ``flwr`` logger, so they reach
 the stream with Flower's ``INFO :`` / ``WARNING :`` / ``ERROR :`` prefixes: each round's line (round, accuracy
 where evaluated, rejected and failed clients with their node), the contributions, the final metrics and the
-absolute run folder at the end, and a clear ERROR line when the run fails (``flwr run`` itself exits 0
-whatever became of the run).
+absolute run folder at the end. A run that fails says only that (:func:`failure_lines`): the round it failed
+in, the error, the run folder and how to continue it; Flower then marks the run ``finished:failed`` (``flwr
+ls``), but ``flwr run --stream`` itself exits 0 whatever became of the run (Flower 1.42's ``start_stream``
+prints the log until the SuperLink ends the stream and returns; no run status reaches its exit code).
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from typing import Any
 from flwr.common.logger import log as flower_log
 
 from fedhet.engine.rounds import RoundListener
+from fedhet.errors import TrainingDivergedError, option
 
 #: The metrics a round line shows, in this order, where the line has them.
 ROUND_METRICS = ("accuracy", "balanced_accuracy", "loss", "train_loss")
@@ -81,6 +84,8 @@ class FlowerLogListener(RoundListener):
         flower_log(level, "fedhet: %s", round_text(rnd, self.rounds, line, self.client))
 
     def finished(self, summary: Mapping[str, Any]) -> None:
+        if summary.get("diverged"):  # the run fails: its failure lines say so, not "N rounds done"
+            return
         for text in summary_lines(summary, self.client):
             flower_log(logging.INFO, "fedhet: %s", text)
 
@@ -114,7 +119,45 @@ def fedhet_log_to_flower() -> Iterator[None]:
         logger.setLevel(level)
 
 
-def log_failure(exc: BaseException, run_dir: Path | None) -> None:
-    """The ERROR line of a run that failed: what went wrong and where its rounds so far are."""
-    where = f"; the rounds done so far are in {Path(run_dir).resolve()}" if run_dir is not None else ""
-    flower_log(logging.ERROR, "fedhet: the run failed: %s: %s%s", type(exc).__name__, exc, where)
+def failure_lines(
+    exc: BaseException,
+    *,
+    run_dir: Path | None = None,
+    rounds: int | None = None,
+    failed_in: int | None = None,
+    done: int = 0,
+    saved: int | None = None,
+) -> list[str]:
+    """What the log says of a run that failed or was stopped: the round it failed in (``failed_in`` of
+    ``rounds``; after the last one when ``done == rounds``; none before round 1), the error, and, once rounds
+    ran, the run folder and how to continue it: after round ``saved`` (its last saved round), from round 1
+    when none was saved, not at all when the run diverged (its summary records a result)."""
+    what = "was stopped" if isinstance(exc, KeyboardInterrupt) else "failed"
+    if failed_in is not None:
+        where = f" in round {failed_in} of {rounds}"
+    elif rounds and done >= rounds:
+        where = f" after its last round ({rounds})"
+    else:  # before round 1 (config, run folder, nodes): the error names the cause and the fix
+        return [f"the run {what}: {type(exc).__name__}: {exc}"]
+    lines = [f"the run {what}{where}: {type(exc).__name__}: {exc}"]
+    if run_dir is None:
+        return lines
+    folder = f"run folder: {Path(run_dir).resolve()}"
+    if isinstance(exc, TrainingDivergedError):
+        lines.append(
+            f"{folder}; its summary.json records the run as diverged in round {exc.round}, a result that "
+            f"{option('resume')} does not continue; {option('overwrite')} runs it again"
+        )
+    elif saved is not None:
+        lines.append(
+            f"{folder}; its last saved round is {saved}: {option('resume')} continues the run after it"
+        )
+    else:
+        lines.append(f"{folder}; no round was saved: {option('resume')} runs it again from round 1")
+    return lines
+
+
+def log_failure(exc: BaseException, **state: Any) -> None:
+    """The ERROR lines of a run that failed (:func:`failure_lines`; ``state``: its keywords)."""
+    for text in failure_lines(exc, **state):
+        flower_log(logging.ERROR, "fedhet: %s", text)
