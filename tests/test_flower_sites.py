@@ -8,6 +8,7 @@ import json
 import logging
 import os
 import re
+import shlex
 import shutil
 import signal
 import subprocess
@@ -458,3 +459,45 @@ def test_nodes_reading_tables_with_missing_cells_impute_as_the_embedded_engine(t
     flower_lines = (tmp_path / "flower" / "metrics.jsonl").read_bytes()
     assert len(flower_lines.splitlines()) == 2  # two rounds
     assert flower_lines == (tmp_path / "embedded" / "metrics.jsonl").read_bytes()
+
+
+def test_one_host_sh_warm_starts_fedhets_superexec_beside_each_node_on_its_port_and_pid(tmp_path):
+    """``--warm`` (or FEDHET_WARM_NODES=1): each SuperNode with --isolation process and fedhet's warm
+    SuperExec pointed at that node's runtime port and pid; without it, Flower's own nodes. A dry run: nothing
+    starts."""
+    (tmp_path / "sites").mkdir()
+    (tmp_path / "sites" / "nodes.txt").write_text(
+        "client-id=0 data-path='a.csv'\nclient-id=1 data-path='b.csv'\n"
+    )
+    env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}"}
+    env.pop("FEDHET_WARM_NODES", None)
+
+    def dry(*args: str, **extra: str) -> list[list[str]]:
+        out = subprocess.run(
+            [str(APP / "one_host.sh"), "sites", "--port", "9300", "--dry-run", *args],
+            cwd=tmp_path, env={**env, **extra}, capture_output=True, text=True, timeout=30, check=True,
+        ).stdout  # fmt: skip
+        return [shlex.split(line) for line in out.splitlines()]
+
+    warm = dry("--warm")
+    assert dry(FEDHET_WARM_NODES="1") == warm
+    python = str(BIN / "python")
+    assert [c[0] for c in warm] == [
+        "flower-superlink",
+        "flower-supernode",
+        python,
+        "flower-supernode",
+        python,
+    ]
+    for k, (node, superexec) in enumerate([warm[1:3], warm[3:5]]):
+        assert node[node.index("--isolation") + 1] == "process"
+        assert node[node.index("--port") + 1] == str(9310 + k)
+        assert node[node.index("--node-config") + 1] == f"client-id={k} data-path='{'ab'[k]}.csv'"
+        assert superexec[1:] == [
+            "-m", "fedhet.flower.node_exec", "--insecure", "--runtime-api-address", f"127.0.0.1:{9310 + k}",
+            "--parent-pid", f"NODE{k}_PID",
+        ]  # fmt: skip
+    cold = dry()
+    assert [c[0] for c in cold] == ["flower-superlink", "flower-supernode", "flower-supernode"]
+    assert not any("--isolation" in c for c in cold)
+    assert not (tmp_path / "one-host").exists()  # a dry run writes nothing
