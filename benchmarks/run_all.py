@@ -314,6 +314,27 @@ BENCHES = (
         "FedAvg's median on the same federation, the number to compare estimators by (the page's wall "
         "times were recorded at different commits and loads).",
     ),
+    Bench(
+        "flower_table",
+        "Flower's simulation engine on a small table",
+        ("benchmarks/flower_table.py", "--rounds", "20", "--json"),
+        900,
+        "The wine run of examples/flower-app/wine.toml (FedAvg, tabular-mlp, three sites) for 20 rounds on "
+        "the embedded engine and on Flower's simulation engine (Ray, one virtual SuperNode per site, "
+        "`run_flower_simulation`), and a minimal Flower app on the same simulation engine, nodes and rounds, "
+        "in a process of its own (a ServerApp that waits for the nodes and sends each the model's weights, "
+        "a ClientApp that sends them straight back: Flower's own floor). A round is timed by fedhet's round "
+        "loop (`timings.jsonl`: train + eval) and, for the minimal app, around its `send_and_receive`; "
+        "medians over the rounds. On the simulation engine no round is shorter than Flower's polling: the "
+        "engine looks for new messages every 0.1 s and `send_and_receive` asks for replies every 0.1 s, so "
+        "a round of a model this small costs about 0.1 s (0.2 s when the two polls fall out of step) where "
+        "the embedded engine needs about a hundredth of that; the run as a whole adds Ray's and the nodes' "
+        "start-up (`flower_startup_s`: the run's wall time outside its rounds). "
+        "`simulation_over_embedded_round` and `fedhet_over_minimal_flower_simulation_round` compare median "
+        "rounds; the `_run` ratios compare whole runs, start-up included. Both fedhet runs' metrics.jsonl "
+        "must be byte-identical (`identical`). The deployment's ratios are in *Flower deployment rounds on "
+        "loopback*.",
+    ),
 )
 
 
