@@ -101,15 +101,7 @@ ROWS: tuple[tuple[str, int], ...] = (("clean", 0),) + tuple(
 )
 #: variant -> the only rows it is measured on (a variant not named here has a cell in every row); the page
 #: shows the other rows' cells as "–" and says so
-VARIANT_ROWS: dict[str, tuple[tuple[str, int], ...]] = {
-    "evidence-clip-1": (
-        ("clean", 0),
-        *((attack, f) for f in HOSTILE for attack in ("sign-flip", "label-flip", "replay", "alie", "ipm")),
-        *((attack, f) for f in HOSTILE for attack in ("noise", "scale", "stale", "free-rider")),
-        ("adaptive-scale", 1),
-        ("adaptive-scale", 3),
-    ),
-}
+VARIANT_ROWS: dict[str, tuple[tuple[str, int], ...]] = {}
 #: targets of the defaults (docs/results/robustness.md): the largest accuracy drop allowed, by f
 TARGET_DROP = {1: 2.0, 3: 5.0}
 

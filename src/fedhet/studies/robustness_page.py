@@ -62,8 +62,9 @@ def page(
     params = ", ".join(f"{k} = {v}" for k, v in d.split_params.items())
     paired = paired_seeds(found)
     clip_rows = VARIANT_ROWS.get("evidence-clip-1")
-    partial = f", measured on {len(clip_rows)} of the {len(ROWS)} rows (the table's note names them)"
-    partial = partial if clip_rows else ""
+    partial = ""
+    if clip_rows:
+        partial = f", measured on {len(clip_rows)} of the {len(ROWS)} rows (the table's note names them)"
     figure_line = tradeoff_figure = ""
     if figure_path is not None:
         rel = Path("..") / "figures" / figure_path.name
