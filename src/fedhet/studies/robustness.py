@@ -85,7 +85,7 @@ COLUMNS: dict[str, tuple[str, str]] = {
 }
 DEFAULTS_METHODS = ("fedavg", "celm", "cgsv", "shapfed", "fedrac")
 #: CELM's evidence computed from updates clipped to the round's median length (``evidence_clip = 1``): a
-#: candidate defence against the adaptive-scale attacker, measured on some rows only (:data:`VARIANT_ROWS`)
+#: candidate defence against the adaptive-scale attacker
 EVIDENCE_CLIP = {"method.params.evidence_clip": 1}
 #: the variants checked against the targets of the defaults: the defaults, and the candidate defences
 TARGETED = ("defaults", "clip-3", "evidence-clip-1")
@@ -100,7 +100,8 @@ ROWS: tuple[tuple[str, int], ...] = (("clean", 0),) + tuple(
     (behaviour, f) for f in HOSTILE for behaviour in ATTACKS
 )
 #: variant -> the only rows it is measured on (a variant not named here has a cell in every row); the page
-#: shows the other rows' cells as "–" and says so
+#: shows the other rows' cells as "–" and says so. A new candidate can start here on a few rows (each row
+#: added later adds cells to run); empty now: every variant has every row
 VARIANT_ROWS: dict[str, tuple[tuple[str, int], ...]] = {}
 #: targets of the defaults (docs/results/robustness.md): the largest accuracy drop allowed, by f
 TARGET_DROP = {1: 2.0, 3: 5.0}
