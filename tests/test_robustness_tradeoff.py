@@ -3,8 +3,6 @@ checked on hand-made cells with answers computed by hand."""
 
 from __future__ import annotations
 
-import math
-
 import pytest
 
 from fedhet.studies import robustness_tradeoff as tradeoff
@@ -56,4 +54,4 @@ def test_clean_cost_is_paired_by_seed_and_the_worst_attack_is_the_most_negative_
 
 def test_the_tradeoff_figure_is_drawn(tmp_path):
     path = tradeoff.draw_tradeoff(_found(), tmp_path / "tradeoff.png")
-    assert path.stat().st_size > 1000 and not math.isnan(path.stat().st_size)
+    assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and path.stat().st_size > 1000
