@@ -408,10 +408,11 @@ def write_page(paths: list[Path], options: Mapping[str, Any]) -> str:
             "attribute (age band; sex × age tercile), with `tabular-mlp`; one section per federation. "
             "Mean over seeds (the range of ρ in brackets); "
             "the top / bottom columns count the seeds where the estimator's highest / lowest client is "
-            "Shapley's. Wall s: one run of the method (for the exact values: training every coalition), as "
-            "the run measured it on the machine its record names and under whatever else ran there: rows "
-            "recorded at different commits (above) may have run under different loads, so compare wall "
-            "times within one commit's records.",
+            "Shapley's. Wall s: one run of the method (for the exact values: every coalition trained), as "
+            "its record measured it under whatever else ran then; the records come from different commits "
+            "and loads, so compare costs by the multiples of a FedAvg run measured together for every "
+            "estimator (`python benchmarks/estimator_cost.py`) in "
+            "[performance.md](../performance.md#14-what-each-contribution-estimator-costs).",
             "",
             *provenance_lines(STUDY.name, STUDY.default_seeds, records),
             "",
