@@ -46,7 +46,7 @@ demo: setup
 	$(VENV)/bin/fedhet compare configs/celm/fmnist-maverick.toml --methods fedavg,celm --rounds 30 --set eval.every=2 \
 	  --seeds 2 --jobs 2 --out runs/demo --title "fedhet demo: FedAvg vs CELM on the Fashion-MNIST maverick split"
 
-# Every benchmark (about 11 to 15 minutes on 2 cores; the Flower rounds benchmark alone about 5); writes docs/performance.md and its plots. GPU: benchmarks/gpu_check.sh
+# Every benchmark (about 20 to 25 minutes on 2 cores: flower_rounds about 5 of them, estimator_cost about 6); writes docs/performance.md and its plots. GPU: benchmarks/gpu_check.sh
 bench: setup
 	$(PY) benchmarks/run_all.py
 
