@@ -35,7 +35,7 @@ def every_method_run(tmp_path_factory: pytest.TempPathFactory) -> subprocess.Com
 
 
 @pytest.fixture(scope="session")
-def cifar10_cache(tmp_path_factory: pytest.TempPathFactory, worker_id: str) -> Path:
+def cifar10_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A ``$FEDHET_CACHE`` holding CIFAR-10 decoded from the shared JPEG tarball, decoded once per `make test`
     however many workers and tests need it (the decoding takes ~40 s of a 2-core machine's time): the first
     worker to ask decodes under a file lock, the others wait and read. Skips where the tarball is absent."""
@@ -46,9 +46,8 @@ def cifar10_cache(tmp_path_factory: pytest.TempPathFactory, worker_id: str) -> P
     if locations.shared_data_file("cifar10-jpg.tar.gz") is None:
         pytest.skip(f"CIFAR-10 JPEG tarball absent from {[str(d) for d in locations.SHARED_DATA_DIRS]}")
     # every worker's base folder lies in one folder of this `make test`; without workers: the base folder
-    shared = (
-        tmp_path_factory.getbasetemp() if worker_id == "master" else tmp_path_factory.getbasetemp().parent
-    )
+    base = tmp_path_factory.getbasetemp()
+    shared = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base  # (-p no:xdist: no workers)
     cache = shared / "cifar10-cache"
     with FileLock(str(shared / "cifar10-cache.lock")):
         if not (cache / "decoded").exists():
