@@ -36,7 +36,7 @@ data:
 # The suite includes tests/test_numerics_passes.py: the numeric-equivalence tests (marker `numerics`) once
 # more under other CPU kernels, two threads and flushed denormals, each pass a pytest process of its own.
 test: setup
-	$(PY) -m pytest tests -n 2 --dist loadgroup
+	$(PY) -m pytest tests -n 2 --dist loadgroup --durations=20
 
 # Those four passes alone.
 test-numerics: setup
