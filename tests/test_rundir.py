@@ -156,6 +156,7 @@ def test_a_directory_a_live_run_writes_to_is_in_use_not_unfinished(tmp_path, cap
 
 def test_a_finished_lock_names_no_owner(tmp_path):
     d = tmp_path / "r"
+    d.mkdir()  # (a folder the lock created, left empty, goes with its lock file)
     RunDirLock(d).acquire().release()
     assert (d / LOCK_FILE).read_text() == ""
 
@@ -283,3 +284,32 @@ def test_compare_workers_die_with_a_killed_parent(tmp_path):
         for w in workers:
             if _alive(w):
                 os.kill(w, signal.SIGKILL)
+
+
+BAD_SPLIT = ["--dataset", "digits", "--clients", "3", "--rounds", "1", "--set", "data.split=sites", "--quiet"]
+
+
+def test_a_run_that_fails_before_writing_leaves_no_folder_it_created(tmp_path, capsys):
+    """A bad config (digits name no sites) fails after the run folder is locked: the folders the lock created
+    go with its lock file; a folder that was there before stays, lock file and all."""
+    out = tmp_path / "new" / "run"
+    assert main(["run", *BAD_SPLIT, "--out", str(out)]) == 2
+    assert "split 'sites' needs data whose rows name their client" in capsys.readouterr().err
+    assert not (tmp_path / "new").exists()  # neither run/ nor new/ is left
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    assert main(["run", *BAD_SPLIT, "--out", str(mine)]) == 2
+    assert os.listdir(mine) == [LOCK_FILE]  # not this run's to remove
+    cmp = tmp_path / "cmp"
+    assert main(["compare", "--methods", "fedavg,fedprox", *BAD_SPLIT, "--out", str(cmp)]) == 2
+    assert not cmp.exists()  # the comparison folder and fedavg-seed0/ in it
+
+
+def test_a_lock_that_created_its_folder_removes_it_only_if_it_holds_nothing_else(tmp_path):
+    d = tmp_path / "a" / "r"
+    with RunDirLock(d):
+        pass
+    assert not (tmp_path / "a").exists()
+    with RunDirLock(d):
+        (d / "config.toml").write_text("")  # the run wrote: its folder is a run's (unfinished)
+    assert sorted(os.listdir(d)) == [LOCK_FILE, "config.toml"]

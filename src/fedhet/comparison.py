@@ -30,7 +30,15 @@ import numpy as np
 from fedhet.algorithms import accepted_params, build_strategy, strategy_class
 from fedhet.config import ExperimentConfig, apply_override, load_run_config
 from fedhet.engine import checkpoint as ckpt
-from fedhet.engine.rundir import CONFIG_FILE, SUMMARY_FILE, read_summary, run_dir_state, run_name
+from fedhet.engine.rundir import (
+    CONFIG_FILE,
+    SUMMARY_FILE,
+    make_dirs,
+    read_summary,
+    remove_empty_dirs,
+    run_dir_state,
+    run_name,
+)
 from fedhet.engine.warm_start import recorded_warm_start, warm_start_digest
 from fedhet.errors import FedhetError, RunDirectoryError, TrainingDivergedError, option
 from fedhet.experiment import (
@@ -248,53 +256,63 @@ def run_comparison(
     for notice in notices:
         if notify:
             notify(f"note: {notice}, for every method of the comparison (one split and one model for all)")
-    out_dir.mkdir(parents=True, exist_ok=True)
-    configs = [method_config(base, m, base.seed, method_params.get(m)) for m in methods]  # with the defaults
-    auto = comparison_measures_fairness(strategies, configs)
-    plan = []
-    for seed in seeds:
-        for m in methods:
-            cfg = method_config(base, m, seed, method_params.get(m))
-            run_dir = out_dir / run_name(m, seed)
-            plan.append(PlannedRun(m, seed, cfg, run_dir, _needs_standalone(cfg, auto), may_resume=reuse))
-    if reuse:
-        conflicts = conflicting_cells(plan)
-        if conflicts:
-            raise RunDirectoryError(
-                f"{len(conflicts)} cell(s) of {out_dir} hold runs of a different experiment, which this "
-                "comparison would replace: "
-                + "; ".join(conflicts[:5])
-                + ("; ..." if len(conflicts) > 5 else "")
-                + f". Pass {option('rerun')} to replace them, or choose another {option('out')}"
-            )
-    done: dict[tuple[str, int], dict[str, Any]] = {}
-    if reuse:
-        for run in plan:
-            summary = finished_summary(run.cfg, run.run_dir)
-            if summary is not None:
-                log.info("reusing the finished run %s", run.run_dir)
-                done[(run.method, run.seed)] = summary
-                remember_standalone(run, summary)
-    # 'standalone' cells first: each fills the cache that its seed's fairness metrics read.
-    todo = sorted(
-        (r for r in plan if (r.method, r.seed) not in done), key=lambda r: not r.provides_standalone
-    )
-    if done and notify:
-        names = ", ".join(f"{m} seed {s}" for m, s in done)
-        notify(
-            f"reusing {len(done)} finished run(s) in {out_dir} ({names}); pass {option('rerun')} to run "
-            "them again"
+    # a comparison that fails before any run wrote there leaves no folder it created (each run's folder
+    # goes with its lock: RunDirLock.release)
+    created = make_dirs(out_dir)
+    try:
+        configs = [
+            method_config(base, m, base.seed, method_params.get(m)) for m in methods
+        ]  # with the defaults
+        auto = comparison_measures_fairness(strategies, configs)
+        plan = []
+        for seed in seeds:
+            for m in methods:
+                cfg = method_config(base, m, seed, method_params.get(m))
+                run_dir = out_dir / run_name(m, seed)
+                plan.append(PlannedRun(m, seed, cfg, run_dir, _needs_standalone(cfg, auto), may_resume=reuse))
+        if reuse:
+            conflicts = conflicting_cells(plan)
+            if conflicts:
+                raise RunDirectoryError(
+                    f"{len(conflicts)} cell(s) of {out_dir} hold runs of a different experiment, which this "
+                    "comparison would replace: "
+                    + "; ".join(conflicts[:5])
+                    + ("; ..." if len(conflicts) > 5 else "")
+                    + f". Pass {option('rerun')} to replace them, or choose another {option('out')}"
+                )
+        done: dict[tuple[str, int], dict[str, Any]] = {}
+        if reuse:
+            for run in plan:
+                summary = finished_summary(run.cfg, run.run_dir)
+                if summary is not None:
+                    log.info("reusing the finished run %s", run.run_dir)
+                    done[(run.method, run.seed)] = summary
+                    remember_standalone(run, summary)
+        # 'standalone' cells first: each fills the cache that its seed's fairness metrics read.
+        todo = sorted(
+            (r for r in plan if (r.method, r.seed) not in done), key=lambda r: not r.provides_standalone
         )
-    if notify:
-        for run in _standalone_runs(todo).values():
-            if any(r.provides_standalone and standalone_key(r.cfg) == standalone_key(run.cfg) for r in todo):
-                continue  # the seed's 'standalone' cell is the pre-pass
-            if cached_standalone_accuracies(run.cfg) is None:
-                notify(prepass_notice(run.cfg, _prepass_reason(run)))
-    if todo and jobs == 1:
-        _run_sequential(todo, done, progress)
-    elif todo:
-        _run_parallel(todo, done, progress, jobs)
+        if done and notify:
+            names = ", ".join(f"{m} seed {s}" for m, s in done)
+            notify(
+                f"reusing {len(done)} finished run(s) in {out_dir} ({names}); pass {option('rerun')} to run "
+                "them again"
+            )
+        if notify:
+            for run in _standalone_runs(todo).values():
+                if any(
+                    r.provides_standalone and standalone_key(r.cfg) == standalone_key(run.cfg) for r in todo
+                ):
+                    continue  # the seed's 'standalone' cell is the pre-pass
+                if cached_standalone_accuracies(run.cfg) is None:
+                    notify(prepass_notice(run.cfg, _prepass_reason(run)))
+        if todo and jobs == 1:
+            _run_sequential(todo, done, progress)
+        elif todo:
+            _run_parallel(todo, done, progress, jobs)
+    except BaseException:
+        remove_empty_dirs(created)
+        raise
     return {m: [done[(m, s)] for s in seeds] for m in methods}
 
 

@@ -19,7 +19,9 @@ without being asked (``resume`` continues an unfinished run, ``overwrite`` repla
 a directory another process is running in is refused. :class:`RunDirLock` holds an exclusive ``flock`` on
 ``.fedhet.lock`` (with the owner's pid inside, for the error message) for as long as the run writes; the
 kernel releases it when the process dies, so a crashed run never leaves a stale lock. The (empty) file
-itself stays in the directory.
+itself stays in the directory, except where the lock created the directory and the run wrote nothing
+there (it failed first, on a bad config say): then the lock file and the folders the lock created go, so
+a failed run leaves no empty run folder behind (:meth:`RunDirLock.release`).
 """
 
 from __future__ import annotations
@@ -120,6 +122,35 @@ def run_dir_state(run_dir: Path) -> str:
     return "foreign"
 
 
+def make_dirs(path: Path) -> list[Path]:
+    """Create ``path`` and its missing parents; returns the folders this call created, deepest first (a
+    folder another process created meanwhile is not among them)."""
+    path = Path(path)
+    missing = []
+    folder = path
+    while not folder.exists() and folder != folder.parent:
+        missing.append(folder)
+        folder = folder.parent
+    created = []
+    for folder in reversed(missing):
+        try:
+            folder.mkdir()
+        except FileExistsError:
+            continue
+        created.append(folder)
+    path.mkdir(parents=True, exist_ok=True)  # raises what mkdir raises if path still is no folder
+    return created[::-1]
+
+
+def remove_empty_dirs(folders: list[Path]) -> None:
+    """Remove ``folders`` (deepest first) while each is empty; stop at the first that holds anything."""
+    for folder in folders:
+        try:
+            folder.rmdir()
+        except OSError:  # not empty (or gone): it and the folders above it stay
+            return
+
+
 class RunDirLock:
     """An exclusive lock on a run directory for the lifetime of a run (``with RunDirLock(d): ...``)."""
 
@@ -127,17 +158,28 @@ class RunDirLock:
         self.run_dir = Path(run_dir)
         self.path = self.run_dir / LOCK_FILE
         self._fh: IO[str] | None = None
+        self._created: list[Path] = []  # the folders acquire() created, deepest first
 
     def acquire(self) -> RunDirLock:
-        self.run_dir.mkdir(parents=True, exist_ok=True)
-        fh = open(self.path, "a+")  # noqa: SIM115 - held open for the lock's lifetime
-        try:
-            fcntl.flock(fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            fh.seek(0)
-            owner = fh.read().strip() or "unknown"
+        self._created = make_dirs(self.run_dir)
+        while True:
+            try:
+                fh = open(self.path, "a+")  # noqa: SIM115 - held open for the lock's lifetime
+            except FileNotFoundError:  # a failed run removed the folder it had created: create it again
+                self._created = make_dirs(self.run_dir)
+                continue
+            try:
+                fcntl.flock(fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                fh.seek(0)
+                owner = fh.read().strip() or "unknown"
+                fh.close()
+                raise RunDirectoryError(in_use_message(self.run_dir, owner)) from None
+            if _same_file(fh, self.path):
+                break
+            # The file was unlinked (by a failed run that removed its folder) between our open and our lock:
+            # a lock on it would lock nothing another process could see. Open the name again.
             fh.close()
-            raise RunDirectoryError(in_use_message(self.run_dir, owner)) from None
         fh.seek(0)
         fh.truncate()
         fh.write(f"{os.getpid()}\n")
@@ -148,12 +190,19 @@ class RunDirLock:
     def release(self) -> None:
         if self._fh is None:
             return
-        # The file stays: unlinking it would let a process that opened it before the unlink lock a file
-        # that no longer has the name, while a third one locks a new file of that name. Its pid goes: a
-        # finished run names no owner.
-        self._fh.seek(0)
-        self._fh.truncate()
-        self._fh.flush()
+        if self._created and [p.name for p in self.run_dir.iterdir()] == [LOCK_FILE]:
+            # This lock created the folder and the run wrote nothing there (it failed first): the lock file
+            # and the folders go, still under the lock (a process that opened the file meanwhile sees it
+            # unlinked once it holds the lock, and opens the name again: acquire).
+            self.path.unlink()
+            remove_empty_dirs(self._created)
+        else:
+            # The file stays: unlinking it would let a process that opened it before the unlink lock a file
+            # that no longer has the name, while a third one locks a new file of that name. Its pid goes: a
+            # finished run names no owner.
+            self._fh.seek(0)
+            self._fh.truncate()
+            self._fh.flush()
         fcntl.flock(self._fh.fileno(), fcntl.LOCK_UN)
         self._fh.close()
         self._fh = None
@@ -163,6 +212,16 @@ class RunDirLock:
 
     def __exit__(self, *exc: object) -> None:
         self.release()
+
+
+def _same_file(fh: IO[str], path: Path) -> bool:
+    """Whether the open file ``fh`` is the file named ``path`` now (not unlinked nor replaced)."""
+    try:
+        named = os.stat(path)
+    except FileNotFoundError:
+        return False
+    held = os.fstat(fh.fileno())
+    return (named.st_dev, named.st_ino) == (held.st_dev, held.st_ino)
 
 
 def in_use_message(run_dir: Path, pid: object) -> str:
