@@ -28,6 +28,8 @@ from fedhet.studies.robustness import (
     table_lines,
     targets,
 )
+from fedhet.studies.robustness_default import BUDGET, default_lines
+from fedhet.studies.robustness_seeds import missing_note
 from fedhet.studies.robustness_tradeoff import TRADEOFF_FIGURE, draw_tradeoff, tradeoff_lines
 
 
@@ -47,8 +49,10 @@ def page(
     figure_path: Path | None,
     records: Path | None = None,
     found: Mapping[tuple[str, str], Mapping[str, list[Any]]] | None = None,
+    tradeoff: bool = True,
 ) -> str:
-    """The whole results page: setting, provenance, the computed targets, the table and the figure."""
+    """The whole results page: setting, provenance, the computed targets, the table and the figures (linked
+    when ``figure_path`` is given; the trade-off's beside it unless ``tradeoff`` is False)."""
     from fedhet.config import load_config
     from fedhet.report.provenance import machine_line
 
@@ -69,6 +73,7 @@ def page(
     if figure_path is not None:
         rel = Path("..") / "figures" / figure_path.name
         figure_line = f"\n![accuracy change against the clean run, by attack and column]({rel.as_posix()})\n"
+    if figure_path is not None and tradeoff:
         tradeoff_rel = (Path("..") / "figures" / TRADEOFF_FIGURE).as_posix()
         tradeoff_figure = f"\n![clean cost against the worst attacked change, by column]({tradeoff_rel})\n"
     return f"""# Robustness: hostile clients against the defences and the contribution methods
@@ -122,6 +127,8 @@ clients come to the guards).
 
 {chr(10).join(targets(found))}
 
+{missing_note(found)}
+
 ## The table
 
 {chr(10).join(table_lines(found))}
@@ -133,6 +140,19 @@ above: a default should cost at most about one point of clean accuracy and keep 
 
 {chr(10).join(tradeoff_lines(found))}
 {tradeoff_figure}
+## The default by measurement
+
+The rule, computed from the cells above: among the defences (FedAvg's columns: as published, the guards'
+variants and each robust rule, Flower's left out as the same rules again; CELM, CGSV, ShapFed and FedRAC
+are contribution methods, each chosen for what it computes, not a setting fedhet applies to every method,
+so they are not candidates), those whose clean cost against FedAvg as published is within {BUDGET:g} point,
+judged as the targets are: the 95 % interval of the paired clean changes lies above −{BUDGET:g} (a column
+the seeds cannot resolve is named, not picked); among them, the one whose worst mean change at f = 3 is the
+smallest, then at f = 1 (three colluders are where the defences differ most); then each attacked row whose
+accuracy target no defence within the budget meets, with the one that comes closest.
+
+{chr(10).join(default_lines(found))}
+
 ## On Flower's engine
 
 The cells above run in fedhet's embedded engine. The Flower columns of the rows below were run again, seed
@@ -145,19 +165,22 @@ instruction and reply between the server and the clients):
 
 def write_page(out: Path | None, root: Path, draw: bool = True) -> Path:
     """Record every finished run in ``out`` (when given) under the repository ``root``'s records, then write
-    the results page (and, with ``draw``, its figure) there from the records; returns the page's path."""
+    the results page there from the records; returns the page's path. With ``draw`` its figures are drawn
+    again; without, they are left as they are and the page links those that exist (so it is the page a
+    plain ``fedhet robustness page`` writes whenever both figures are there)."""
     records = root / RECORDS
     if out is not None and out.is_dir():
         record_runs(out, records)
     found = collect(None, records)
-    figure_path = None
+    figure_path = root / "docs" / "figures" / "robustness.png"
+    tradeoff_path = figure_path.parent / TRADEOFF_FIGURE
     if draw:
-        figure_path = root / "docs" / "figures" / "robustness.png"
         draw_figure(found, figure_path)
-        draw_tradeoff(found, figure_path.parent / TRADEOFF_FIGURE)
+        draw_tradeoff(found, tradeoff_path)
     path = root / PAGE
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(page(None, figure_path, records, found))
+    shown = figure_path if figure_path.is_file() else None
+    path.write_text(page(None, shown, records, found, tradeoff=tradeoff_path.is_file()))
     return path
 
 
