@@ -112,8 +112,8 @@ def test_a_run_that_diverges_says_it_failed_not_that_its_rounds_are_done(tmp_pat
     errors = [r.getMessage() for r in caplog.records if r.name == "flwr" and r.levelno == logging.ERROR]
     assert len(errors) == 2, errors
     assert errors[0].startswith(
-        "fedhet: the run failed in round 2 of 2: TrainingDivergedError: every update of rounds 1..2 was "
-        "rejected or failed (e.g. client 0 (node 101): node 101 went offline"
+        "fedhet: the run failed in round 2 of 2: TrainingDivergedError: every client of rounds 1..2 failed; "
+        "nothing is being trained. client 0 (node 101) failed: node 101 went offline"
     ), errors
     assert errors[1] == (
         f"fedhet: run folder: {run}; its summary.json records the run as diverged in round 2, a result that "

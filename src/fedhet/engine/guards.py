@@ -15,7 +15,7 @@ small to be what a random or scaled update is (N(0, 1) noise measured 36× the m
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import replace
 
 import numpy as np
@@ -267,3 +267,32 @@ def model_is_finite(model: nn.Module | None) -> bool:
         return True
     tensors: list[Tensor] = [*model.parameters(), *model.buffers()]
     return all(bool(torch.isfinite(t).all()) for t in tensors if t.is_floating_point())
+
+
+def nothing_trained_message(
+    rounds: str, failures: Mapping[int, str], rejected: Mapping[int, str], client: Callable[[int], str]
+) -> str:
+    """Why a run that trains nothing stops (``guards.max_all_rejected_rounds``), with advice that fits its
+    last round's reasons: updates rejected (non-finite, or by a guard) call for a lower learning rate or
+    looser guards; clients that failed (raised, sent nothing, or their Flower node is gone) for the fix of
+    the failure, which no learning rate or guard brings. ``rounds``: ``"a..b"``; ``client`` names a client."""
+    advice = []
+    if rejected:
+        cid, reason = min(rejected.items())
+        advice.append(
+            f"{client(cid)}'s update was rejected: {reason}. Lower train.lr or train.weight_decay if the "
+            "updates are non-finite, or loosen [guards]"
+        )
+    if failures:
+        cid, reason = min(failures.items())
+        advice.append(
+            f"{client(cid)} failed: {reason}. Fix the error each failed client reports (logged above, per "
+            "client and round) or, on Flower, check that every client's node is running and connected"
+            + ("" if rejected else "; train.lr and [guards] play no part in a failure")
+        )
+    what = "update" if rejected else "client"
+    did = "was rejected or failed" if rejected and failures else "was rejected" if rejected else "failed"
+    return (
+        f"every {what} of rounds {rounds} {did}; nothing is being trained. {'. '.join(advice)}; "
+        "guards.max_all_rejected_rounds=0 never stops"
+    )

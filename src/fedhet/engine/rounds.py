@@ -48,6 +48,7 @@ from fedhet.engine.guards import (
     guard_updates,
     model_is_finite,
     model_norm,
+    nothing_trained_message,
     update_cosines,
     update_norms,
 )
@@ -328,7 +329,7 @@ class RoundLoop:
             log.warning("%s, round %d: %s failed: %s", self.who, rnd, self.client(cid), reason)
         # cos(Δ_i, Σ of the other kept updates): recorded for the audit's free-rider finding, read by nothing
         alignment, aligned_size = update_alignment(replies, outgoing, uploads)
-        self._count_unusable_rounds(rnd, replies, {**failures, **rejected})
+        self._count_unusable_rounds(rnd, replies, failures, rejected)
         # The strategy's state before this round, to undo an aggregate that turns the global model
         # non-finite (finite updates can still overflow); one copy of the server's state per round.
         snapshot = snapshot_state(self.strategy.state_dict()) if cfg.guards.rollback_non_finite else None
@@ -367,21 +368,19 @@ class RoundLoop:
             line.update(self.estimates.round(rnd, start, {} if rolled_back else replies))
         return line
 
-    def _count_unusable_rounds(self, rnd: int, replies: Mapping[int, Reply], lost: Mapping[int, str]) -> None:
+    def _count_unusable_rounds(
+        self, rnd: int, replies: Mapping[int, Reply], failed: Mapping[int, str], rejected: Mapping[int, str]
+    ) -> None:
         """Stop the run when every reply of ``guards.max_all_rejected_rounds`` consecutive rounds (or of
-        every round of a shorter run) was rejected or never came (``lost``: client → reason): it would
-        otherwise exit 0 having trained nothing (e.g. a train.lr that overflows)."""
+        every round of a shorter run) was rejected or never came (``failed``, ``rejected``: client → reason):
+        it would otherwise exit 0 having trained nothing (e.g. a train.lr that overflows)."""
         limit = self.cfg.guards.max_all_rejected_rounds
-        self.unusable_rounds = self.unusable_rounds + 1 if lost and not replies else 0
+        self.unusable_rounds = self.unusable_rounds + 1 if (failed or rejected) and not replies else 0
         whole_run = rnd == self.cfg.train.rounds and self.unusable_rounds == rnd
         if limit and (self.unusable_rounds >= limit or whole_run):
-            cid, reason = min(lost.items())
+            rounds = f"{rnd - self.unusable_rounds + 1}..{rnd}"
             raise TrainingDivergedError(
-                f"every update of rounds {rnd - self.unusable_rounds + 1}..{rnd} was rejected or failed "
-                f"(e.g. {self.client(cid)}: {reason}); nothing is being trained. Lower train.lr or "
-                "train.weight_decay if the updates are non-finite, or loosen [guards]; "
-                "guards.max_all_rejected_rounds=0 never stops",
-                round=rnd,
+                nothing_trained_message(rounds, failed, rejected, self.client), round=rnd
             )
 
     # -- evaluation -------------------------------------------------------------------------------------
