@@ -10,8 +10,9 @@ from __future__ import annotations
 import math
 
 from fedhet.studies import robustness
-from fedhet.studies.robustness_default import choose, default_lines
+from fedhet.studies.robustness_default import against_current, choose, default_lines
 from fedhet.studies.robustness_seeds import missing_note, missing_seeds
+from fedhet.verdicts import CONTRADICTED, HOLDS
 
 CLEAN = {0: 0.70, 1: 0.80, 2: 0.90}
 
@@ -77,6 +78,13 @@ def test_a_cheap_weak_column_loses_to_one_that_costs_0_8_points_and_holds():
     text = "\n".join(default_lines(_found()))
     assert "**The rule picks + centered-clipping**" in text
     assert "it is not fedhet's current default (FedAvg, defaults)" in text
+    # against the current default on its worst rows, paired by seed: sign-flip/f3, the pick's accuracy is
+    # CLEAN - 0.8 ± 0.02 - 1 ± 0.1, the default's CLEAN - 20 ± 0.1: differences 18.18, 18.20, 18.22 (better,
+    # interval 18.2 ± 0.05); at f = 1 every row of the default is -0.5 ± 0.1: differences -1.32, -1.30, -1.28
+    (f3, v3, m3, *_), (_, v1, m1, *_) = against_current(_found(), choice)
+    assert (f3, v3, v1) == ("sign-flip/f3", HOLDS, CONTRADICTED)
+    assert math.isclose(m3, 18.2, abs_tol=1e-9) and math.isclose(m1, -1.3, abs_tol=1e-9)
+    assert "sign-flip/f3 +18.2 [+18.2, +18.2], better there" in text
 
 
 def test_a_column_costing_1_5_points_or_unresolved_is_never_picked():

@@ -38,7 +38,7 @@ from fedhet.studies.robustness import (
     row_name,
 )
 from fedhet.studies.robustness_tradeoff import points
-from fedhet.verdicts import MEETS, MISSES, judge_margin
+from fedhet.verdicts import CONTRADICTED, HOLDS, MEETS, MISSES, UNRESOLVED, judge, judge_margin
 
 #: the clean-cost budget, in points of accuracy against FedAvg as published
 BUDGET = 1.0
@@ -113,6 +113,30 @@ def choose(found: Found) -> Choice:
     return Choice(picked, candidates, left_out, unmet)
 
 
+def against_current(found: Found, choice: Choice) -> list[tuple[str, str, float, float | None, float | None]]:
+    """Where the rule picks another column than fedhet's current default (both within the budget): on the
+    current default's worst row at each f (f = 3 first), (row, verdict, mean, low, high) of the paired
+    accuracy differences pick − current, in points (:func:`fedhet.verdicts.judge`: holds when the pick is
+    better there on the 95 % interval, contradicted when worse, else not resolved)."""
+    if choice.picked is None or choice.picked == CURRENT or CURRENT not in choice.candidates:
+        return []
+    out = []
+    for f in sorted(choice.candidates[CURRENT], reverse=True):
+        name = row_name(choice.candidates[CURRENT][f][0], f)
+        current = found[name, CURRENT]
+        by_seed = dict(zip(current["seed"], current["accuracy"], strict=True))
+        picked = found[name, choice.picked]
+        diffs = [
+            100 * (a - by_seed[s])
+            for s, a in zip(picked["seed"], picked["accuracy"], strict=True)
+            if s in by_seed and math.isfinite(a) and math.isfinite(by_seed[s])
+        ]
+        if diffs:
+            verdict, low, high = judge(diffs)
+            out.append((name, verdict, sum(diffs) / len(diffs), low, high))
+    return out
+
+
 def default_lines(found: Found) -> list[str]:
     """The rule's verdict as the page's paragraph and list."""
     choice = choose(found)
@@ -128,6 +152,19 @@ def default_lines(found: Found) -> list[str]:
             else f"it is not fedhet's current default ({CURRENT})"
         )
         lines.append(f"**The rule picks {choice.picked}** (worst change {at}); {current}.")
+        compared = against_current(found, choice)
+        if compared:
+            said = {HOLDS: "better there", CONTRADICTED: "worse there", UNRESOLVED: "the seeds cannot tell"}
+            parts = [
+                f"{name} {mean:+.1f}"
+                + (f" [{low:+.1f}, {high:+.1f}]" if low is not None else "")
+                + f", {said[v]}"
+                for name, v, mean, low, high in compared
+            ]
+            lines.append(
+                f"Its accuracy against {CURRENT}, paired by seed (points, 95 % interval), on the rows where "
+                f"{CURRENT} does worst: " + "; ".join(parts) + "."
+            )
     lines.append("")
     for column, worst in choice.candidates.items():
         at = "; ".join(f"f = {f}: {worst[f][1]:+.1f} ({worst[f][0]})" for f in sorted(worst, reverse=True))
