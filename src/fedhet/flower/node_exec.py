@@ -131,6 +131,11 @@ def main(argv: list[str] | None = None) -> None:
             "give --insecure (a SuperNode's runtime API is plain HTTP unless started with --ssl-certfile) or "
             "--root-certificates CA.crt"
         )
+    # This process holds a gRPC channel to the node when it forks, and each child opens its own: gRPC
+    # supports that only with its fork handlers on (grpc/doc/fork_support.md), read when gRPC loads, so
+    # before warm_up() imports Flower. A site that set either variable keeps its value.
+    os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "true")
+    os.environ.setdefault("GRPC_POLL_STRATEGY", "poll")
     warm_up()
     import flwr.supercore.superexec.run_superexec as superexec
 
