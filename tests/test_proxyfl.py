@@ -352,6 +352,21 @@ def test_proxyfl_runs_end_to_end_and_writes_its_reports(tmp_path, params):
         assert (tmp_path / "run" / name).is_file(), name
     prior_rows = (tmp_path / "run" / "global_prior.csv").read_text().splitlines()
     assert len(prior_rows) == 1 + 1 + 3  # header, round 0 (uniform), rounds 1-3
+    # a column per class, named as Fashion-MNIST names its classes (written out here, not read from fedhet)
+    fashion = "T-shirt/top,Trouser,Pullover,Dress,Coat,Sandal,Shirt,Sneaker,Bag,Ankle boot"
+    assert prior_rows[0] == f"round,{fashion}"
+
+
+def test_global_prior_columns_are_numbered_where_the_data_name_no_classes(tmp_path):
+    from fedhet.engine.names import RunNames
+    from fedhet.report.artifacts import write_fssl
+
+    lines = [{"round": 1, "global_prior": [0.25, 0.75]}]
+    write_fssl(tmp_path, {"method": "proxyfl"}, lines, RunNames())
+    rows = (tmp_path / "global_prior.csv").read_text().splitlines()
+    assert rows == ["round,class_0,class_1", "0,0.5,0.5", "1,0.25,0.75"]
+    write_fssl(tmp_path, {"method": "proxyfl"}, lines, RunNames(classes=("benign", "malignant")))
+    assert (tmp_path / "global_prior.csv").read_text().splitlines()[0] == "round,benign,malignant"
 
 
 def test_normalization_mismatch_needs_rgb_data():

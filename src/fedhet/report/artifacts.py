@@ -264,12 +264,14 @@ def write_fssl(run: Path, record: dict[str, Any], lines: list[dict], names: RunN
         return
     num_classes = len(priors[0][1])
     priors = [(0, [1.0 / num_classes] * num_classes), *priors]
+    names = names or RunNames()
+    # a column per class, named as the data name it (class_<k> where they name none)
+    named = len(names.classes) == num_classes
     with open(run / "global_prior.csv", "w", newline="") as fh:
         writer = csv.writer(fh)
-        writer.writerow(["round", *[f"class_{k}" for k in range(num_classes)]])
+        writer.writerow(["round", *[names.classes[k] if named else f"class_{k}" for k in range(num_classes)]])
         for rnd, prior in priors:
             writer.writerow([rnd, *prior])
-    names = names or RunNames()
     prior_series = {
         f"class {names.class_name(k)}": [(rnd, prior[k]) for rnd, prior in priors] for k in range(num_classes)
     }
