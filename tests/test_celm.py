@@ -606,8 +606,10 @@ def test_end_to_end_run_writes_contribution_artifacts(tmp_path, method):
     assert sum(summary["contributions"]) == pytest.approx(1.0)
     rows = (run / "contributions.csv").read_text().splitlines()
     assert rows[0] == "round,phase,client,contribution,site" and len(rows) == 1 + 4 * 4  # rounds x clients
+    fashion = "T-shirt/top,Trouser,Pullover,Dress,Coat,Sandal,Shirt,Sneaker,Bag,Ankle boot"
     for t in (1, 2):
         raw = (run / "evidence" / f"round_{t:03d}_raw.csv").read_text().splitlines()
+        assert raw[0] == f"model,{fashion},site"  # a column per class, named as the data name them
         assert raw[1].startswith("global_previous,") and len(raw) == 2 + 4
         assert (
             (run / "evidence" / f"round_{t:03d}_debiased.csv")

@@ -45,6 +45,14 @@ FSSL_ROUND_PREFIXES = ("pseudo_label_", "unlabeled_used_", "loss_", "gpt_", "pro
 PSEUDO_LABEL_KEYS = ("pseudo_label_accuracy", "pseudo_label_accuracy_used", "unlabeled_used_fraction")
 
 
+def class_columns(names: RunNames, num_classes: int) -> list[str]:
+    """A CSV column per class, named as the data name the classes (``class_<k>`` where the run recorded no
+    names, or another number of them): one naming for every per-class output."""
+    if len(names.classes) == num_classes:
+        return [str(c) for c in names.classes]
+    return [f"class_{k}" for k in range(num_classes)]
+
+
 def _json(path: Path) -> Any:
     return json.loads(path.read_text()) if path.is_file() else None
 
@@ -127,8 +135,7 @@ def write_celm(
     ev_dir = run / "evidence"
     ev_dir.mkdir(exist_ok=True)
     for e in evidence:
-        k = e["raw"].shape[1]
-        header = ["model"] + [f"class_{c}" for c in range(k)]
+        header = ["model", *class_columns(names, e["raw"].shape[1])]
         t = e["round"]
         with open(ev_dir / f"round_{t:03d}_raw.csv", "w", newline="") as fh:
             w = csv.writer(fh)
@@ -264,12 +271,9 @@ def write_fssl(run: Path, record: dict[str, Any], lines: list[dict], names: RunN
         return
     num_classes = len(priors[0][1])
     priors = [(0, [1.0 / num_classes] * num_classes), *priors]
-    names = names or RunNames()
-    # a column per class, named as the data name it (class_<k> where they name none)
-    named = len(names.classes) == num_classes
     with open(run / "global_prior.csv", "w", newline="") as fh:
         writer = csv.writer(fh)
-        writer.writerow(["round", *[names.classes[k] if named else f"class_{k}" for k in range(num_classes)]])
+        writer.writerow(["round", *class_columns(names or RunNames(), num_classes)])
         for rnd, prior in priors:
             writer.writerow([rnd, *prior])
     prior_series = {
