@@ -260,60 +260,76 @@ def run_comparison(
     # goes with its lock: RunDirLock.release)
     created = make_dirs(out_dir)
     try:
-        configs = [
-            method_config(base, m, base.seed, method_params.get(m)) for m in methods
-        ]  # with the defaults
-        auto = comparison_measures_fairness(strategies, configs)
-        plan = []
-        for seed in seeds:
-            for m in methods:
-                cfg = method_config(base, m, seed, method_params.get(m))
-                run_dir = out_dir / run_name(m, seed)
-                plan.append(PlannedRun(m, seed, cfg, run_dir, _needs_standalone(cfg, auto), may_resume=reuse))
-        if reuse:
-            conflicts = conflicting_cells(plan)
-            if conflicts:
-                raise RunDirectoryError(
-                    f"{len(conflicts)} cell(s) of {out_dir} hold runs of a different experiment, which this "
-                    "comparison would replace: "
-                    + "; ".join(conflicts[:5])
-                    + ("; ..." if len(conflicts) > 5 else "")
-                    + f". Pass {option('rerun')} to replace them, or choose another {option('out')}"
-                )
-        done: dict[tuple[str, int], dict[str, Any]] = {}
-        if reuse:
-            for run in plan:
-                summary = finished_summary(run.cfg, run.run_dir)
-                if summary is not None:
-                    log.info("reusing the finished run %s", run.run_dir)
-                    done[(run.method, run.seed)] = summary
-                    remember_standalone(run, summary)
-        # 'standalone' cells first: each fills the cache that its seed's fairness metrics read.
-        todo = sorted(
-            (r for r in plan if (r.method, r.seed) not in done), key=lambda r: not r.provides_standalone
+        done = _run_cells(
+            base, methods, seeds, out_dir, method_params, strategies, progress, jobs, reuse, notify
         )
-        if done and notify:
-            names = ", ".join(f"{m} seed {s}" for m, s in done)
-            notify(
-                f"reusing {len(done)} finished run(s) in {out_dir} ({names}); pass {option('rerun')} to run "
-                "them again"
-            )
-        if notify:
-            for run in _standalone_runs(todo).values():
-                if any(
-                    r.provides_standalone and standalone_key(r.cfg) == standalone_key(run.cfg) for r in todo
-                ):
-                    continue  # the seed's 'standalone' cell is the pre-pass
-                if cached_standalone_accuracies(run.cfg) is None:
-                    notify(prepass_notice(run.cfg, _prepass_reason(run)))
-        if todo and jobs == 1:
-            _run_sequential(todo, done, progress)
-        elif todo:
-            _run_parallel(todo, done, progress, jobs)
     except BaseException:
         remove_empty_dirs(created)
         raise
     return {m: [done[(m, s)] for s in seeds] for m in methods}
+
+
+def _run_cells(
+    base: ExperimentConfig,
+    methods: list[str],
+    seeds: list[int],
+    out_dir: Path,
+    method_params: dict[str, dict[str, Any]],
+    strategies: list[Any],
+    progress: ProgressFactory,
+    jobs: int,
+    reuse: bool,
+    notify: Callable[[str], None] | None,
+) -> dict[tuple[str, int], dict[str, Any]]:
+    """The comparison's cells (:func:`run_comparison`): plan, reuse what is finished, run the rest; the
+    summary of every (method, seed)."""
+    configs = [method_config(base, m, base.seed, method_params.get(m)) for m in methods]  # with the defaults
+    auto = comparison_measures_fairness(strategies, configs)
+    plan = []
+    for seed in seeds:
+        for m in methods:
+            cfg = method_config(base, m, seed, method_params.get(m))
+            run_dir = out_dir / run_name(m, seed)
+            plan.append(PlannedRun(m, seed, cfg, run_dir, _needs_standalone(cfg, auto), may_resume=reuse))
+    if reuse:
+        conflicts = conflicting_cells(plan)
+        if conflicts:
+            raise RunDirectoryError(
+                f"{len(conflicts)} cell(s) of {out_dir} hold runs of a different experiment, which this "
+                "comparison would replace: "
+                + "; ".join(conflicts[:5])
+                + ("; ..." if len(conflicts) > 5 else "")
+                + f". Pass {option('rerun')} to replace them, or choose another {option('out')}"
+            )
+    done: dict[tuple[str, int], dict[str, Any]] = {}
+    if reuse:
+        for run in plan:
+            summary = finished_summary(run.cfg, run.run_dir)
+            if summary is not None:
+                log.info("reusing the finished run %s", run.run_dir)
+                done[(run.method, run.seed)] = summary
+                remember_standalone(run, summary)
+    # 'standalone' cells first: each fills the cache that its seed's fairness metrics read.
+    todo = sorted(
+        (r for r in plan if (r.method, r.seed) not in done), key=lambda r: not r.provides_standalone
+    )
+    if done and notify:
+        names = ", ".join(f"{m} seed {s}" for m, s in done)
+        notify(
+            f"reusing {len(done)} finished run(s) in {out_dir} ({names}); pass {option('rerun')} to run "
+            "them again"
+        )
+    if notify:
+        for run in _standalone_runs(todo).values():
+            if any(r.provides_standalone and standalone_key(r.cfg) == standalone_key(run.cfg) for r in todo):
+                continue  # the seed's 'standalone' cell is the pre-pass
+            if cached_standalone_accuracies(run.cfg) is None:
+                notify(prepass_notice(run.cfg, _prepass_reason(run)))
+    if todo and jobs == 1:
+        _run_sequential(todo, done, progress)
+    elif todo:
+        _run_parallel(todo, done, progress, jobs)
+    return done
 
 
 def _prepass_reason(run: PlannedRun) -> str:
