@@ -111,7 +111,7 @@ def test_a_target_no_column_within_the_budget_meets_is_listed_with_the_closest()
     # but is over the budget, so it does not count
     assert [u[:4] for u in choice.unmet] == [("ipm/f3", 3, "+ centered-clipping", "misses")]
     text = "\n".join(default_lines(_found()))
-    assert "(1 of 28 attacked rows;" in text
+    assert f"(1 of {2 * len(robustness.ATTACKS)} attacked rows;" in text
     assert (
         "- ipm/f3 (target −5): + centered-clipping -6.0 [-6.2, -5.8], missed: the interval lies below the "
         "target" in text
