@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from fedhet.config_sections import (
+    CHANGED_METHOD_DEFAULTS,
     CHOICES,
     NEUTRAL_VALUE,
     WAS,
@@ -107,6 +108,8 @@ class ExperimentConfig:
         for sec in chosen:  # each field as it declares (config_sections: fingerprinted, neutral, ...)
             if sec in SECTIONS:
                 chosen[sec] = {k: v for k, v in chosen[sec].items() if in_fingerprint(sec, k, v)}
+        if isinstance(chosen.get("method"), dict) and "params" in chosen["method"]:
+            chosen["method"]["params"] = fingerprinted_params(self.method.name, self.method.params)
         blob = json.dumps(chosen, sort_keys=True, default=str)
         return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
@@ -138,6 +141,20 @@ SECTIONS: dict[str, type] = {
 }
 #: Sections written to TOML and fingerprinted only when they differ from their defaults.
 OPTIONAL_SECTIONS = ("faults", "guards", "aggregation", "engine")
+
+
+def fingerprinted_params(method: str, params: dict[str, Any]) -> dict[str, Any]:
+    """A method's params as its fingerprint holds them: each parameter of :data:`CHANGED_METHOD_DEFAULTS`
+    at its value (the default now where ``params`` leave it out, written as declared, so that 1 and 1.0 are
+    one experiment), and left out at its value before the change (what the earlier records ran with)."""
+    out = dict(params)
+    for key, (before, now) in CHANGED_METHOD_DEFAULTS.get(method, {}).items():
+        value = out.get(key, now)
+        if value == before:
+            out.pop(key, None)
+        else:
+            out[key] = now if value == now else value
+    return out
 
 
 def in_fingerprint(section: str, key: str, value: Any) -> bool:
@@ -284,6 +301,13 @@ def load_run_config(path: str | Path) -> ExperimentConfig:
         section = raw.setdefault(sec, {})
         if isinstance(section, dict):
             section.setdefault(key, value)
+    method = raw.get("method")
+    if isinstance(method, dict):
+        changed = CHANGED_METHOD_DEFAULTS.get(method.get("name", MethodConfig().name), {})
+        params = method.setdefault("params", {})
+        if isinstance(params, dict):
+            for key, (before, _) in changed.items():
+                params.setdefault(key, before)
     return from_dict(raw)
 
 
@@ -409,6 +433,10 @@ def _toml_key(k: str) -> str:
 def to_toml(cfg: ExperimentConfig) -> str:
     """Serialise a config as TOML (None values are omitted: they are the defaults)."""
     d = cfg.to_dict()
+    # A method parameter whose default changed is written at its value, so that the file reads back as this
+    # run anywhere (load_run_config reads a file without it as written before the change).
+    changed = CHANGED_METHOD_DEFAULTS.get(cfg.method.name, {})
+    d["method"]["params"] = {**{k: now for k, (_, now) in changed.items()}, **d["method"]["params"]}
     lines = []
     for key in TOP_LEVEL:
         if d[key] is not None:

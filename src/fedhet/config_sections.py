@@ -323,6 +323,20 @@ class MethodConfig:
     params: dict[str, Any] = fingerprinted(factory=dict)
 
 
+#: Method parameters whose default changed after runs were recorded: method -> {parameter: (the value
+#: before, the default now)}; the method's own signature holds the default now (a test checks it). A
+#: fingerprint holds such a parameter at its value (the default now where ``params`` leave it out) and
+#: leaves it out at its value before, so the records of earlier runs, which ran with that value, keep their
+#: fingerprint, and a run at today's default is another experiment; a run's config.toml written before the
+#: change, which holds no such key, reads as the value before (``fedhet.config.load_run_config``).
+#: CELM's evidence clip: 0 (the paper's evidence) until the robustness page measured clipping at the
+#: round's median (docs/robustness.md, "CELM under an adaptive-scaling attack").
+CHANGED_METHOD_DEFAULTS: dict[str, dict[str, tuple[Any, Any]]] = {
+    "celm": {"evidence_clip": (0, 1)},
+    "celm-rs": {"evidence_clip": (0, 1)},
+}
+
+
 #: (section, key) -> the accepted values of a field that takes one of a few.
 CHOICES: dict[tuple[str, str], tuple[Any, ...]] = {
     ("train", "optimizer"): ("sgd", "adam"),

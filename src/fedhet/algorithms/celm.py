@@ -22,8 +22,9 @@ After warm-up c is frozen at c^{T_w}, the full model is sent and aggregated with
   the probe noise comes from a generator derived from (seed, round), so runs are bit-reproducible.
 - ``evidence_scale='median'`` (off by default): each model's evidence divided by its own median logit, so
   a hostile random or scaled model cannot capture the weights (docs/robustness.md).
-- ``evidence_clip=k`` (0, off, by default): before probing, each client's update is scaled down to at
-  most k × the round's median update norm, so a longer update buys no evidence (docs/robustness.md).
+- ``evidence_clip=k`` (1 by default; 0, off, is the paper): before probing, each client's update is scaled
+  down to at most k × the round's median update norm, so a longer update buys no evidence: the adaptive-scale
+  attacker no longer holds the largest weight (docs/robustness.md). The paper reproductions set 0.
 - Clients missing in a warm-up round keep their previous weight; the present clients share the mass they
   held before, c_i^t = β c_i^{t−1} + (1 − β) c̄_i · Σ_{j present} c_j^{t−1}, so c stays on the simplex;
   aggregation renormalises c over the clients present in the round.
@@ -363,8 +364,8 @@ class CELM(FedAvg):
     ``probe_impl`` ('batched' | 'vmap' | 'loop'), ``per_class_baseline`` (False), ``initial_contributions``
     ('uniform' c^0 = 1/N | 'first' c^1 = c̄^1), ``epsilon`` (1e-8), ``probe_backbone`` ('client', the
     paper | 'global' [ours]: each client's head on the previous global backbone), ``evidence_scale``
-    ('off', the paper | 'median' [ours]: robust to random or scaled models), ``evidence_clip`` (0, off | k ≥ 1
-    [ours]: each update probed at most k × the round's median update norm), ``reward`` (as FedAvg).
+    ('off', the paper | 'median' [ours]: robust to random or scaled models), ``evidence_clip`` (k ≥ 1, 1
+    [ours]: each update probed at most k × the round's median update norm | 0, off, the paper), ``reward`` (as FedAvg).
     CELM uses no client sizes or class counts: only the models the clients send.
     """
 
@@ -379,7 +380,7 @@ class CELM(FedAvg):
         warmup_fraction: float = 0.05,
         *,
         probe_backbone: str = "client",
-        evidence_clip: float = 0.0,
+        evidence_clip: float = 1.0,  # 0 until the robustness page (config_sections.CHANGED_METHOD_DEFAULTS)
         reward: str = "local",
         **estimator: Any,
     ) -> None:
