@@ -348,7 +348,8 @@ def small_config(method: str = "celm", **params) -> ExperimentConfig:
     cfg.eval.fairness = False
     cfg.eval.checkpoint_every = 1
     cfg.method.name = method
-    cfg.method.params = {"warmup_fraction": 0.5, "probe_steps": 10, **params}
+    # the paper's evidence (no clip) unless a test asks: the clip has its own tests (test_celm_evidence_clip)
+    cfg.method.params = {"warmup_fraction": 0.5, "probe_steps": 10, "evidence_clip": 0, **params}
     return cfg
 
 

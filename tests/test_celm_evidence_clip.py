@@ -46,7 +46,8 @@ def test_clip_to_median_known_answer():
 
 
 def test_evidence_clip_must_be_off_or_at_least_one():
-    assert CELM().evidence_clip == 0.0  # the paper: no clipping
+    assert CELM().evidence_clip == 1.0  # fedhet's default: at most the round's median length
+    assert CELM(evidence_clip=0).evidence_clip == 0.0  # the paper: no clipping
     assert build_strategy("celm", {"evidence_clip": 2}).evidence_clip == 2.0
     for bad in (0.5, -1, float("nan"), "1"):
         with pytest.raises(ConfigError, match="evidence_clip"):
@@ -127,7 +128,7 @@ def test_a_kept_heads_update_starts_from_the_head_the_client_last_sent():
 
 
 @needs_fashion
-def test_the_kept_heads_round_trip_through_a_checkpoint_and_the_default_keeps_none(tmp_path):
+def test_the_kept_heads_round_trip_through_a_checkpoint_and_the_paper_evidence_keeps_none(tmp_path):
     sim = make_simulation(small_config(evidence_clip=1.0), run_dir=None)
     sim.run()
     assert set(sim.strategy.heads) == {0, 1, 2}
@@ -137,6 +138,6 @@ def test_the_kept_heads_round_trip_through_a_checkpoint_and_the_default_keeps_no
     fresh.load_state_dict(ckpt.load_checkpoint(path)["strategy"])
     for cid, head in sim.strategy.heads.items():
         assert all(torch.equal(fresh.heads[cid][k], v) for k, v in head.items())
-    off = make_simulation(small_config(), run_dir=None)
+    off = make_simulation(small_config(evidence_clip=0), run_dir=None)
     off.run()
-    assert "heads" not in off.strategy.state_dict()["celm"]  # a default run's checkpoint is as before
+    assert "heads" not in off.strategy.state_dict()["celm"]  # the paper's evidence: its checkpoint as before
