@@ -122,6 +122,7 @@ def run_cases(chosen: list[str]) -> dict[str, dict]:
                 continue
             values = {
                 "stamp": results_stamp(strategy_class(method)),
+                "experiment": cfg.run_fingerprint(),
                 **golden_values(summary, Path(tmp, name)),
             }
             golden[name] = values

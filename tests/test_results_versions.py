@@ -66,7 +66,12 @@ def test_golden_runs_compute_what_their_stamps_recorded(every_method_run):
         if case not in golden or case not in now:
             problems.append(f"{case}: in {'the run' if case in now else 'the golden file'} only; {REWRITE}")
             continue
-        if now[case]["stamp"] != golden[case]["stamp"]:
+        if now[case].get("experiment") != golden[case].get("experiment"):
+            problems.append(
+                f"{case}: another experiment than the golden run's (a default it runs with changed): record "
+                f"its numbers with `{REWRITE}`"
+            )
+        elif now[case]["stamp"] != golden[case]["stamp"]:
             problems.append(
                 f"{case}: stamp {now[case]['stamp']!r}, golden {golden[case]['stamp']!r} (a version was "
                 f"bumped): record its numbers with `{REWRITE}`"
