@@ -108,9 +108,9 @@ def test_a_margin_verdict_refuses_what_it_cannot_judge():
 
 
 def _partial_found() -> _Found:
-    """CELM with the evidence clip at its three rows (seeds 0-2), and the defaults' CELM column clean only."""
+    """CELM with the paper's evidence at its three rows (seeds 0-2), and the defaults' CELM column clean only."""
     found = _Found()
-    column = "CELM, evidence clip 1"
+    column = "CELM, paper's evidence"
     found["clean", column] = _cell(CLEAN)
     found["adaptive-scale/f1", column] = _cell({0: 0.698, 1: 0.796, 2: 0.894})  # meets (above)
     found["adaptive-scale/f3", column] = _cell({0: 0.62, 1: 0.71, 2: 0.80}, top=1.0)  # misses, on top
@@ -118,35 +118,35 @@ def _partial_found() -> _Found:
     return found
 
 
-#: the rows the evidence-clip column is given in these tests (the shipped column may cover more)
+#: the rows the paper's-evidence column is given in these tests (the shipped column covers every row)
 THREE_ROWS = (("clean", 0), ("adaptive-scale", 1), ("adaptive-scale", 3))
 
 
 def test_a_variant_measured_on_some_rows_plans_cells_only_in_those(monkeypatch):
-    monkeypatch.setitem(robustness.VARIANT_ROWS, "evidence-clip-1", THREE_ROWS)
-    planned = {c.path for c in robustness.cells() if c.path.endswith("/evidence-clip-1")}
+    monkeypatch.setitem(robustness.VARIANT_ROWS, "paper-evidence", THREE_ROWS)
+    planned = {c.path for c in robustness.cells() if c.path.endswith("/paper-evidence")}
     assert planned == {
-        "clean/evidence-clip-1",
-        "adaptive-scale/f1/evidence-clip-1",
-        "adaptive-scale/f3/evidence-clip-1",
+        "clean/paper-evidence",
+        "adaptive-scale/f1/paper-evidence",
+        "adaptive-scale/f3/paper-evidence",
     }
     # every other variant keeps its cells: every row, or the rows VARIANT_ROWS gives it
-    others = [c for c in robustness.cells() if not c.path.endswith("/evidence-clip-1")]
+    others = [c for c in robustness.cells() if not c.path.endswith("/paper-evidence")]
     expected = sum(
         len(robustness.VARIANT_ROWS.get(variant, robustness.ROWS))
         for variant in robustness._variants(1)
-        if variant != "evidence-clip-1"
+        if variant != "paper-evidence"
     )
     assert len(others) == expected
 
 
 def test_a_column_measured_on_some_rows_is_judged_on_those_and_shows_a_dash_elsewhere(monkeypatch):
-    monkeypatch.setitem(robustness.VARIANT_ROWS, "evidence-clip-1", THREE_ROWS)
-    assert robustness.column_rows("CELM, evidence clip 1") == THREE_ROWS
+    monkeypatch.setitem(robustness.VARIANT_ROWS, "paper-evidence", THREE_ROWS)
+    assert robustness.column_rows("CELM, paper's evidence") == THREE_ROWS
     by_path = {cell.path for cell in robustness.cells()}
-    assert "adaptive-scale/f3/evidence-clip-1" in by_path and "noise/f1/evidence-clip-1" not in by_path
+    assert "adaptive-scale/f3/paper-evidence" in by_path and "noise/f1/paper-evidence" not in by_path
     found = _partial_found()
-    line = next(ln for ln in robustness.targets(found) if "**CELM, evidence clip 1**" in ln)
+    line = next(ln for ln in robustness.targets(found) if "**CELM, paper's evidence**" in ln)
     attacked = len(robustness.ROWS) - 1
     assert f"(2 attacked rows measured, of {attacked}: the column covers no other)" in line
     assert (
@@ -158,20 +158,20 @@ def test_a_column_measured_on_some_rows_is_judged_on_those_and_shows_a_dash_else
     assert "- **CELM**: not measured yet (no attacked row)" in robustness.targets(found)
     table = robustness.table_lines(found)
     head = table[0].split(" | ")
-    column = head.index("CELM, evidence clip 1")
+    column = head.index("CELM, paper's evidence")
     rows = {r.split(" | ")[0].strip("| "): r.split(" | ") for r in table if r.startswith("| ")}
     assert rows["noise/f1"][column] == "–"
     assert rows["adaptive-scale/f1"][column] == "0.10 · 79.6 (-0.4)"
-    assert table[-1].endswith(
-        "CELM, evidence clip 1: measured on the rows clean, adaptive-scale/f1, adaptive-scale/f3 only "
+    assert (
+        "CELM, paper's evidence: measured on the rows clean, adaptive-scale/f1, adaptive-scale/f3 only "
         "(– elsewhere)."
-    )
+    ) in table[-1]
 
 
 def test_the_page_says_which_rule_judges_the_targets_and_over_how_many_seeds(monkeypatch):
     from fedhet.studies.robustness_page import page
 
-    monkeypatch.setitem(robustness.VARIANT_ROWS, "evidence-clip-1", THREE_ROWS)
+    monkeypatch.setitem(robustness.VARIANT_ROWS, "paper-evidence", THREE_ROWS)
 
     text = page(None, None, None, _partial_found())
     flat = " ".join(text.split())
@@ -180,6 +180,9 @@ def test_the_page_says_which_rule_judges_the_targets_and_over_how_many_seeds(mon
         "(n − 1 degrees of freedom; shown as mean [low, high] in points), here over 3 seeds per row" in flat
     )
     assert "A row with one seed has no interval and is never resolved." in flat
-    assert "`method.params.evidence_clip = 1`" in flat
-    rows = len(robustness.ROWS)
-    assert f"the defaults otherwise), measured on 3 of the {rows} rows (the table's note names them)." in flat
+    assert "`method.params.evidence_clip = 0`" in flat
+    first = 1 + 2 * len(robustness.FIRST_ATTACKS)
+    assert (
+        f"Flower's three columns and the looser clip are measured on the first {first} of the "
+        f"{len(robustness.ROWS)} rows (the attacks built to beat robust rules came later; the table's note says so)"
+    ) in flat
