@@ -1,6 +1,7 @@
 """A method parameter whose default changed after runs were recorded (CELM's evidence clip: 0, the paper's
 evidence, then 1): runs at today's default are another experiment, while every record and run file written
-before the change keeps its fingerprint and reads back as it ran (fedhet.config_sections.CHANGED_METHOD_DEFAULTS).
+before the change keeps its fingerprint and reads back as it ran
+(fedhet.config_sections.CHANGED_METHOD_DEFAULTS).
 """
 
 from __future__ import annotations

@@ -108,7 +108,7 @@ def test_a_margin_verdict_refuses_what_it_cannot_judge():
 
 
 def _partial_found() -> _Found:
-    """CELM with the paper's evidence at its three rows (seeds 0-2), and the defaults' CELM column clean only."""
+    """CELM with the paper's evidence at its three rows (seeds 0-2); the defaults' CELM column clean only."""
     found = _Found()
     column = "CELM, paper's evidence"
     found["clean", column] = _cell(CLEAN)
@@ -184,5 +184,6 @@ def test_the_page_says_which_rule_judges_the_targets_and_over_how_many_seeds(mon
     first = 1 + 2 * len(robustness.FIRST_ATTACKS)
     assert (
         f"Flower's three columns and the looser clip are measured on the first {first} of the "
-        f"{len(robustness.ROWS)} rows (the attacks built to beat robust rules came later; the table's note says so)"
+        f"{len(robustness.ROWS)} rows (the attacks built to beat robust rules came later; the table's note "
+        "says so)"
     ) in flat

@@ -365,7 +365,8 @@ class CELM(FedAvg):
     ('uniform' c^0 = 1/N | 'first' c^1 = c̄^1), ``epsilon`` (1e-8), ``probe_backbone`` ('client', the
     paper | 'global' [ours]: each client's head on the previous global backbone), ``evidence_scale``
     ('off', the paper | 'median' [ours]: robust to random or scaled models), ``evidence_clip`` (k ≥ 1, 1
-    [ours]: each update probed at most k × the round's median update norm | 0, off, the paper), ``reward`` (as FedAvg).
+    [ours]: each update probed at most k × the round's median update norm | 0, off, the paper),
+    ``reward`` (as FedAvg).
     CELM uses no client sizes or class counts: only the models the clients send.
     """
 

@@ -141,8 +141,7 @@ ROWS = _rows(ATTACKS)
 #: fedhet's rules) and the looser clip (an ablation of the guards) keep the first rows only: the added
 #: attacks are measured against every candidate default and every contribution method.
 VARIANT_ROWS: dict[str, tuple[tuple[str, int], ...]] = {
-    variant: _rows(FIRST_ATTACKS)
-    for variant in ("clip-3", *(f"flower-{rule}" for rule in FLOWER_COLUMNS))
+    variant: _rows(FIRST_ATTACKS) for variant in ("clip-3", *(f"flower-{rule}" for rule in FLOWER_COLUMNS))
 }
 #: targets of the defaults (docs/results/robustness.md): the largest accuracy drop allowed, by f
 TARGET_DROP = {1: 2.0, 3: 5.0}
@@ -165,7 +164,10 @@ def _variants(f: int) -> dict[str, tuple[tuple[str, ...], dict[str, Any]]]:
 
 
 #: variant -> the parameters of some of its methods (CELM's evidence as the paper computes it)
-VARIANT_PARAMS: dict[str, dict[str, dict[str, Any]]] = {"paper-evidence": PAPER_EVIDENCE, "clip-3": PAPER_EVIDENCE}
+VARIANT_PARAMS: dict[str, dict[str, dict[str, Any]]] = {
+    "paper-evidence": PAPER_EVIDENCE,
+    "clip-3": PAPER_EVIDENCE,
+}
 
 
 def measured(variant: str, behaviour: str, f: int) -> bool:

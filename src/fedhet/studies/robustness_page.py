@@ -13,8 +13,8 @@ from fedhet.engine.rundir import finished_runs
 from fedhet.studies.base import write_cell_records
 from fedhet.studies.robustness import (
     COMMAND,
-    FIRST_ATTACKS,
     CONFIG,
+    FIRST_ATTACKS,
     PAGE,
     RECORDS,
     ROWS,
@@ -74,8 +74,9 @@ def page(
     partial = ""
     if VARIANT_ROWS:
         partial = (
-            f" Flower's three columns and the looser clip are measured on the first {len(_first_rows())} of "
-            f"the {len(ROWS)} rows (the attacks built to beat robust rules came later; the table's note says so)."
+            f" Flower's three columns and the looser clip are measured on the first {len(_first_rows())} "
+            f"of the {len(ROWS)} rows (the attacks built to beat robust rules came later; the table's note "
+            "says so)."
         )
     figure_line = tradeoff_figure = ""
     if figure_path is not None:
