@@ -21,6 +21,7 @@ STUDIES = {
     "gated-fssl": "fedhet.studies.gated_fssl",
     "contribution-estimators": "fedhet.studies.contribution_estimators",
     "table-defaults": "fedhet.studies.table_defaults",
+    "robustness-settings": "fedhet.studies.robustness_settings",
 }
 
 

@@ -39,27 +39,33 @@ TABLES = {
 TABLE_DIR = Path("runs/tables")
 
 
-def write_tables() -> None:
-    """The natural federations' CSV files (one row per patient, its site in column ``site``; the test set
-    apart), from scikit-learn's diabetes table; written once (the same bytes every time)."""
+def age_bands(bands: int) -> list[str]:
+    """Each patient's age band among ``bands`` quantile bands of the training patients' ages (the split of
+    :func:`write_site_tables`), ``age-band-<k>``, k = 0 the youngest."""
+    from sklearn.datasets import load_diabetes
+
+    age = load_diabetes(scaled=False).data[:, 0]
+    edges = np.quantile(age[_diabetes_split()[1]], [k / bands for k in range(1, bands)])
+    return [f"age-band-{int(np.searchsorted(edges, a, side='right'))}" for a in age]
+
+
+def _diabetes_split() -> tuple[np.ndarray, np.ndarray]:
+    """(test, train) patient indices: 20 % at random (seed 0) are the shared test set."""
+    order = np.random.default_rng(0).permutation(442)
+    return np.sort(order[: len(order) // 5]), np.sort(order[len(order) // 5 :])
+
+
+def write_site_tables(sites: dict[str, list[str]]) -> None:
+    """Per name, a CSV of the training patients with each one's site (from ``sites``, one per patient) in
+    column ``site``, and the shared test set, from scikit-learn's diabetes table (label: progression above
+    the median); the same bytes every time."""
     from sklearn.datasets import load_diabetes
 
     table = load_diabetes(scaled=False)
     x, target = table.data, table.target
     names = [str(n) for n in table.feature_names]
     label = (target > np.median(target)).astype(int)
-    order = np.random.default_rng(0).permutation(len(label))
-    test, train = np.sort(order[: len(order) // 5]), np.sort(order[len(order) // 5 :])
-    age, sex = x[:, 0], x[:, 1]
-    sextiles = np.quantile(age[train], [1 / 6, 2 / 6, 3 / 6, 4 / 6, 5 / 6])
-    terciles = np.quantile(age[train], [1 / 3, 2 / 3])
-    sites = {
-        "diabetes-by-age": [f"age-band-{int(np.searchsorted(sextiles, a, side='right'))}" for a in age],
-        "diabetes-by-sex-age": [
-            f"sex-{int(s)}-age-{int(np.searchsorted(terciles, a, side='right'))}"
-            for s, a in zip(sex, age, strict=True)
-        ],
-    }
+    test, train = _diabetes_split()
     TABLE_DIR.mkdir(parents=True, exist_ok=True)
     header = ",".join([*names, "progression"])
     rows = [",".join([*(f"{v:g}" for v in x[i]), str(label[i])]) for i in range(len(label))]
@@ -68,6 +74,24 @@ def write_tables() -> None:
     for name, site in sites.items():
         lines = [header + ",site", *(f"{rows[i]},{site[i]}" for i in train)]
         (TABLE_DIR / f"{name}.csv").write_text("\n".join(lines) + "\n")
+
+
+def write_tables() -> None:
+    """The natural federations' CSV files (:data:`TABLES`; :func:`write_site_tables`)."""
+    from sklearn.datasets import load_diabetes
+
+    x = load_diabetes(scaled=False).data
+    age, sex = x[:, 0], x[:, 1]
+    terciles = np.quantile(age[_diabetes_split()[1]], [1 / 3, 2 / 3])
+    write_site_tables(
+        {
+            "diabetes-by-age": age_bands(6),
+            "diabetes-by-sex-age": [
+                f"sex-{int(s)}-age-{int(np.searchsorted(terciles, a, side='right'))}"
+                for s, a in zip(sex, age, strict=True)
+            ],
+        }
+    )
 
 
 def _table(name: str) -> dict[str, Any]:

@@ -301,12 +301,10 @@ def _honest(run: RunLog, hostile: tuple[int, ...], what: str) -> int:
 
 
 def _row_of(cell_path: str) -> tuple[str, int]:
-    """(behaviour, f) of a cell path ``<row>/<variant>`` (``clean/…``, ``noise/f3/…``), also under the engine
-    check's folder (``flower-engine/ipm/f3/…``)."""
+    """(behaviour, f) of a cell path ``<row>/<variant>`` (``clean/…``, ``noise/f3/…``), also under a folder
+    (the engine check's ``flower-engine/ipm/f3/…``, another setting's ``diabetes-by-age-10/ipm/f3/…``)."""
     parts = cell_path.split("/")
-    if parts[0] == ENGINE_CHECK_DIR:
-        parts = parts[1:]
-    return ("clean", 0) if parts[0] == "clean" else (parts[0], int(parts[1][1:]))
+    return ("clean", 0) if parts[-2] == "clean" else (parts[-3], int(parts[-2][1:]))
 
 
 def run_values(cell: CompareCell, run_dir: Path, method: str) -> dict[str, Any]:
