@@ -131,6 +131,17 @@ def test_an_include_block_is_refreshed_from_its_page_and_checked(tmp_path):
     assert any("'100.00 ± 0.01' is not in" in p for p in problems)
 
 
+def test_an_include_can_name_columns_that_hold_a_comma():
+    parse = _tool()._parse_from
+    assert parse("docs/results/r.md#clean|ipm/f3 cols=row;CELM, paper's evidence;FedAvg") == (
+        "docs/results/r.md",
+        ["clean", "ipm/f3"],
+        ["row", "CELM, paper's evidence", "FedAvg"],
+    )
+    assert parse("docs/results/r.md#N = 5 cols=row,celm") == ("docs/results/r.md", ["N = 5"], ["row", "celm"])
+    assert parse("docs/results/r.md#N = 5")[2] is None
+
+
 def test_an_unclosed_block_and_an_unknown_row_fail(tmp_path):
     problems = _check(tmp_path, "<!-- constant -->\nlr 0.1 and 5 %\n")
     assert any("not closed" in p for p in problems)

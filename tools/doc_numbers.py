@@ -38,7 +38,8 @@ numbers. A result number is allowed only where it is
 A marking written on a line with other text covers that line (a line may carry several; a number passes if
 one of them allows it). A marking alone on its line opens a block that ``<!-- end -->`` closes. A ``from:``
 block holding a table (or nothing yet) is an *include block*: its content is the page's header row
-and the named rows (``#ROW1|ROW2``), optionally only some columns (``cols=row,fedavg,celm``), copied by
+and the named rows (``#ROW1|ROW2``), optionally only some columns (``cols=row,fedavg,celm``; with
+semicolons where a name holds a comma: ``cols=row;CELM, paper's evidence``), copied by
 ``refresh``; the check requires it to equal a fresh copy, so it fails the moment the page changes.
 """
 
@@ -242,11 +243,12 @@ def _numbers_of(text: str) -> tuple[set[float], set[tuple[float, float]]]:
 
 
 def _parse_from(detail: str) -> tuple[str, list[str], list[str] | None]:
-    """'docs/results/X.md#A|B cols=row,celm' -> (page path, rows, columns or None)."""
+    """'docs/results/X.md#A|B cols=row,celm' -> (page path, rows, columns or None); columns whose names
+    hold a comma or a space are listed with semicolons: 'cols=row;CELM, paper's evidence'."""
     cols = None
-    m = re.search(r"\s+cols=(\S+)\s*$", detail)
+    m = re.search(r"\s+cols=(.+?)\s*$", detail)
     if m:
-        cols = m[1].split(",")
+        cols = [c.strip() for c in m[1].split(";" if ";" in m[1] else ",")]
         detail = detail[: m.start()]
     page, _, rows = detail.partition("#")
     return page.strip(), [r.strip() for r in rows.split("|") if r.strip()], cols
