@@ -41,7 +41,7 @@ def test_the_ten_site_table_holds_every_training_patient_once_by_age_decile(tmp_
     assert len(lines) + len(test) == 442
     ages = np.array([float(line.split(",")[0]) for line in lines])
     sites = np.array([int(line.rsplit("-", 1)[1]) for line in lines])
-    # deciles of the training patients' ages: ten sites, each near a tenth, and older sites hold older patients
+    # deciles of the training patients' ages: ten sites, each near a tenth; older sites hold older patients
     counts = np.bincount(sites, minlength=10)
     assert len(counts) == 10 and counts.min() >= 20 and counts.max() <= 45
     for k in range(9):
