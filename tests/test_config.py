@@ -133,4 +133,4 @@ def test_overrides_are_applied_in_order_and_the_config_is_validated_once(monkeyp
     assert (cfg.train.rounds, cfg.data.split_params, cfg.seed) == (7, {"alpha": 0.3}, 2)
     with pytest.raises(ConfigError, match="unknown key 'roundz' in \\[train\\]"):
         config_module.apply_overrides(cfg, [("train.lr", "0.05"), ("train.roundz", "3")])
-    assert cfg.train.lr == 0.1  # nothing applied from a refused line
+    assert cfg.train.lr is None  # nothing applied from a refused line (unset: the model's default)

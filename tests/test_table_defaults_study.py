@@ -48,17 +48,18 @@ def test_findings_judge_the_mean_of_the_seeds_against_the_target(tmp_path, monke
     monkeypatch.setattr(study, "pooled_logistic_regression", lambda name: (0.90, 50))
     for seed, last in enumerate((0.89, 0.87)):  # mean 88 %: -2.0 points, on the target's edge: meets
         _record(tmp_path, "wine", "defaults", seed, {10: 0.50, 30: 0.80, 100: last})
+        _record(tmp_path, "wine", "lr-0.1", seed, {10: 0.50, 30: 0.80, 100: last})
         _record(tmp_path, "wine", "batch-16", seed, {10: 0.60 + 0.1 * seed, 30: 0.85, 100: 0.9})
     _record(tmp_path, "breast-cancer", "defaults", 0, {10: 0.5, 30: 0.8, 100: 0.879})  # -2.1: misses
     found = {line.split("**")[1]: line for line in study.findings(tmp_path)}
     assert set(found) == {"wine", "breast-cancer"}  # diabetes has no records: no finding
     assert "-2.0 points" in found["wine"] and "meets" in found["wine"]
     assert "(one test row is 2.0 points)" in found["wine"]
-    # batch 16 at 10 rounds: mean 65 % against 50 %
-    assert "at 10 rounds batch 16 gives +15.0 points" in found["wine"]
+    # batch 16 at 10 rounds: mean 65 % against 50 % (both at lr 0.1)
+    assert "at 10 rounds and lr 0.1, batch 16 gives +15.0 points" in found["wine"]
     assert "-2.1 points" in found["breast-cancer"] and "misses" in found["breast-cancer"]
     table = study.table([], {"records": tmp_path})
-    assert "| fedhet's defaults (batch 64) | 2 | 50.0 ± 0.0 | 80.0 ± 0.0 | 88.0 ± 1.4 |" in table
+    assert "| fedhet's defaults (lr 0.3, batch 64) | 2 | 50.0 ± 0.0 | 80.0 ± 0.0 | 88.0 ± 1.4 |" in table
     assert np.isclose(np.std([89, 87], ddof=1), 1.414, atol=1e-3)
 
 
@@ -95,18 +96,19 @@ def test_the_committed_page_renders_again_from_its_records(tmp_path, monkeypatch
     )
 
 
-def test_findings_give_lr_0_3s_gap_at_100_rounds(tmp_path, monkeypatch):
+def test_findings_give_the_general_learning_rates_gap_at_100_rounds(tmp_path, monkeypatch):
     # references fixed by hand: 80 % with 40 test rows
     monkeypatch.setattr(study, "pooled_logistic_regression", lambda name: (0.80, 40))
-    _record(tmp_path, "diabetes-by-age", "defaults", 0, {10: 0.6, 30: 0.7, 100: 0.75})  # -5.0: misses
     for seed, last in enumerate((0.79, 0.78)):  # mean 78.5 %: -1.5 points: meets
-        _record(tmp_path, "diabetes-by-age", "lr-0.3", seed, {10: 0.7, 30: 0.75, 100: last})
-    _record(tmp_path, "wine", "defaults", 0, {10: 0.6, 30: 0.7, 100: 0.80})
-    _record(tmp_path, "wine", "lr-0.3", 0, {10: 0.7, 30: 0.75, 100: 0.77})  # -3.0: misses
+        _record(tmp_path, "diabetes-by-age", "defaults", seed, {10: 0.7, 30: 0.75, 100: last})
+    _record(tmp_path, "diabetes-by-age", "lr-0.1", 0, {10: 0.6, 30: 0.7, 100: 0.75})  # -5.0: misses
+    _record(tmp_path, "wine", "defaults", 0, {10: 0.6, 30: 0.7, 100: 0.77})  # -3.0: misses
+    _record(tmp_path, "wine", "lr-0.1", 0, {10: 0.7, 30: 0.75, 100: 0.80})  # +0.0: meets
     found = {line.split("**")[1]: line for line in study.findings(tmp_path)}
-    assert "-5.0 points" in found["diabetes-by-age"] and "misses the 2-point" in found["diabetes-by-age"]
-    assert "lr 0.3 at 100 rounds: -1.5 (meets the target)" in found["diabetes-by-age"]
-    assert "lr 0.3 at 100 rounds: -3.0 (misses the target)" in found["wine"]
+    assert "-1.5 points" in found["diabetes-by-age"] and "meets the 2-point" in found["diabetes-by-age"]
+    assert "lr 0.1 at 100 rounds: -5.0 (misses the target)" in found["diabetes-by-age"]
+    assert "-3.0 points" in found["wine"] and "misses the 2-point" in found["wine"]
+    assert "lr 0.1 at 100 rounds: +0.0 (meets the target)" in found["wine"]
 
 
 @pytest.mark.parametrize("rounds, warns", [(10, True), (100, False)])

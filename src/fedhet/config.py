@@ -35,6 +35,7 @@ from fedhet.config_sections import (
     MethodConfig,
     ModelConfig,
     TrainConfig,
+    effective_lr,
     fingerprint_kind,
 )
 from fedhet.config_validation import check_ranges, coerce_value
@@ -108,10 +109,16 @@ class ExperimentConfig:
         for sec in chosen:  # each field as it declares (config_sections: fingerprinted, neutral, ...)
             if sec in SECTIONS:
                 chosen[sec] = {k: v for k, v in chosen[sec].items() if in_fingerprint(sec, k, v)}
+        if isinstance(chosen.get("train"), dict) and "lr" in chosen["train"]:
+            chosen["train"]["lr"] = self.learning_rate()
         if isinstance(chosen.get("method"), dict) and "params" in chosen["method"]:
             chosen["method"]["params"] = fingerprinted_params(self.method.name, self.method.params)
         blob = json.dumps(chosen, sort_keys=True, default=str)
         return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+    def learning_rate(self) -> float:
+        """The learning rate the run trains with (``train.lr``, else the model's default; config_sections)."""
+        return effective_lr(self.model.name, self.train.lr)
 
     def run_fingerprint(self) -> str:
         """What makes two runs the same experiment: every key as its field declares (not the thread count,

@@ -167,7 +167,7 @@ def check_ranges(cfg: ExperimentSections) -> None:
     )
     need(t.local_steps is None or t.local_steps >= 1, f"train.local_steps={t.local_steps} must be >= 1")
     need(t.batch_size >= 1, f"train.batch_size={t.batch_size} must be >= 1")
-    need(t.lr > 0, f"train.lr={t.lr} must be > 0")
+    need(t.lr is None or t.lr > 0, f"train.lr={t.lr} must be > 0")
     need(t.lr_min >= 0, f"train.lr_min={t.lr_min} must be >= 0 (the cosine schedule's final learning rate)")
     need(
         0.0 < t.lr_decay <= 1.0,

@@ -27,6 +27,7 @@ from fedhet.config import (
     GuardsConfig,
     apply_override,
 )
+from fedhet.config_sections import GENERAL_LR, MODEL_LR
 from fedhet.engine.protocol import Strategy
 from fedhet.engine.rounds import RoundListener
 from fedhet.engine.simulation import Simulation
@@ -181,7 +182,8 @@ def standalone_accuracies(
 
 def apply_method_defaults(cfg: ExperimentConfig, strategies: Sequence[Strategy]) -> list[str]:
     """Apply each strategy's ``config_defaults`` where ``cfg`` holds fedhet's general default, in place
-    (``model.name`` only when the whole [model] section is the default); return one notice per change."""
+    (``model.name`` only when the whole [model] section is the default); return one notice per change, and
+    one for a learning rate the model sets where ``train.lr`` is unset (config_sections.MODEL_LR)."""
     general = ExperimentConfig()
     notices = []
     for strategy in strategies:
@@ -199,6 +201,11 @@ def apply_method_defaults(cfg: ExperimentConfig, strategies: Sequence[Strategy])
                     f"method {strategy.name!r} needs {dotted} = {value!r}; using it (set {dotted} to choose "
                     "another value)"
                 )
+    if cfg.train.lr is None and cfg.model.name in MODEL_LR:
+        notices.append(
+            f"model {cfg.model.name!r} trains with train.lr = {cfg.learning_rate():g} by default (fedhet's "
+            f"general default is {GENERAL_LR:g}; set train.lr to choose another value)"
+        )
     return notices
 
 

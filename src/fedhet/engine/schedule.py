@@ -32,12 +32,12 @@ def evaluates(cfg: ExperimentConfig, rnd: int) -> bool:
 
 def learning_rate(cfg: ExperimentConfig, rnd: int) -> float:
     """The round's learning rate: constant, cosine annealing to lr_min over the rounds, or exponential."""
-    t = cfg.train
+    t, lr = cfg.train, cfg.learning_rate()
     if t.schedule == "cosine":
-        return t.lr_min + 0.5 * (t.lr - t.lr_min) * (1 + math.cos(math.pi * (rnd - 1) / t.rounds))
+        return t.lr_min + 0.5 * (lr - t.lr_min) * (1 + math.cos(math.pi * (rnd - 1) / t.rounds))
     if t.schedule == "exponential":
-        return t.lr * t.lr_decay ** (rnd - 1)
-    return t.lr
+        return lr * t.lr_decay ** (rnd - 1)
+    return lr
 
 
 def participants(cfg: ExperimentConfig) -> list[int]:

@@ -63,7 +63,7 @@ def page(
     from fedhet.report.provenance import machine_line
 
     cfg = load_config(CONFIG)
-    d, t = cfg.data, cfg.train
+    d, t, lr = cfg.data, cfg.train, cfg.learning_rate()
     found = found if found is not None else collect(out, records)
     commits, hours, machines = _provenance(found)
     recorded = ", ".join(commits) or "none"
@@ -94,7 +94,7 @@ defences and how to read this table.
 
 **Setting** (`{CONFIG}`): {d.dataset}, {d.max_train_samples:,} training samples ({d.validation_fraction:.0%}
 held out as the server's validation set for FedRAC), {d.clients} clients, `{d.split}` split
-({params}), `{cfg.model.name}`, {t.rounds} rounds of {t.local_epochs:g} local epoch, SGD lr {t.lr:g},
+({params}), `{cfg.model.name}`, {t.rounds} rounds of {t.local_epochs:g} local epoch, SGD lr {lr:g},
 batch {t.batch_size}, tested on {d.max_test_samples:,} test images. The hostile clients are client 0
 (f = 1) or clients 0, 1 and 2 colluding (f = 3), from round 1; every other client is honest. Runs do not stop
 when every update is rejected (a collapsed model is a result here).

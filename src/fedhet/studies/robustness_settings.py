@@ -56,6 +56,7 @@ SETTINGS: dict[str, tuple[str, str, dict[str, Any], tuple[str, ...]]] = {
             "data.split": "sites",
             "data.split_params": {},
             "data.clients": 10,
+            "train.lr": 0.1,  # fixed, as the robustness page fixes its own (tabular-mlp's default is 0.3)
         },
         SETTING_ATTACKS,
     ),
