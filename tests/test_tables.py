@@ -515,9 +515,12 @@ def test_celm_weights_the_hospital_with_the_only_rare_cases_above_its_share_of_r
     for layout, site_of in (("maverick", maverick), ("even", even)):
         table = {**{k: v[train] for k, v in columns.items()}, "site": site_of[train], "label": y[train]}
         data = from_table(table, test_table, label="label", client="site", name=f"bc-{layout}")
+        # the paper's evidence: fedhet's default clip (evidence_clip = 1) shortens the maverick's update to
+        # the round's median before probing, and at this seed its excess falls to about 0 (docs/celm.md)
         result = fedhet.run(
             {"data": {"split": "sites", "clients": 3}, "model": {"name": "tabular-mlp"},
-             "train": {"rounds": 10, "lr": 0.05, "batch_size": 16}, "method": {"name": "celm"}},
+             "train": {"rounds": 10, "lr": 0.05, "batch_size": 16},
+             "method": {"name": "celm", "params": {"evidence_clip": 0}}},
             dataset=data,
         )  # fmt: skip
         excess[layout] = result.contributions[2] - float(np.mean(site_of[train] == "c"))
