@@ -101,3 +101,19 @@ def test_the_summary_gives_clean_cost_and_the_worst_change_per_setting():
 @pytest.mark.parametrize("variant", ["undefended", "defaults", *rs.DEFENCES])
 def test_each_column_is_named_as_the_robustness_page_names_it(variant):
     assert rs.column_name(variant) in rb.COLUMNS
+
+
+def test_the_committed_page_renders_again_from_the_records(tmp_path, monkeypatch):
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    committed = (root / rs.STUDY.page).read_text()
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "docs" / "results").mkdir(parents=True)
+    monkeypatch.setattr(rb, "RECORDS", str(root / rb.RECORDS))
+    records = root / "docs" / "results" / "cells" / rs.STUDY.name
+    rs.write_page([], {"records": records})
+    rendered = (tmp_path / rs.STUDY.page).read_text()
+    assert rendered.replace(str(records), "RECORDS") == committed.replace(
+        f"docs/results/cells/{rs.STUDY.name}", "RECORDS"
+    )
