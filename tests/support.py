@@ -8,6 +8,7 @@ import json
 import torch
 
 from fedhet.config import ExperimentConfig, apply_override
+from fedhet.config_sections import GENERAL_LR
 from fedhet.engine.client import run_client
 from fedhet.engine.protocol import LR_KEY, ClientState, Instruction, LocalUpdate, Reply, TrainContext
 
@@ -26,7 +27,7 @@ def local_update(
 ) -> tuple[Reply, ClientState]:
     """``run_client`` with a TrainContext built from ``train`` (the config's TrainConfig); the round's
     learning rate defaults to ``train.lr`` as the round loop would set it."""
-    ins.config.setdefault(LR_KEY, train.lr)
+    ins.config.setdefault(LR_KEY, train.lr if train.lr is not None else GENERAL_LR)  # unset: not a table
     ctx = TrainContext(
         round=rnd,
         generator=generator if generator is not None else torch.Generator().manual_seed(0),
@@ -41,7 +42,7 @@ def local_update(
 def prepared_update(trainer, model, data, ins: Instruction, train, *, generator=None) -> LocalUpdate:
     """A LocalUpdate for one step-level test: the model holds the instruction's weights (or its own) and
     the trainer's ``prepare`` has run, so ``trainer.loss(u, batch)`` can be called directly."""
-    ins.config.setdefault(LR_KEY, train.lr)
+    ins.config.setdefault(LR_KEY, train.lr if train.lr is not None else GENERAL_LR)  # unset: not a table
     ctx = TrainContext(
         round=1,
         generator=generator if generator is not None else torch.Generator().manual_seed(0),

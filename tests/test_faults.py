@@ -319,14 +319,21 @@ def test_robust_celm_does_not_hand_a_random_model_the_weight(tmp_path):
     """The paper's estimate hands a random model most of the weight when nothing stops it (guards off); the
     median-rescaled evidence does not; with the default guards the random model never reaches CELM at all."""
 
-    def hostile(scale: str, guards: float, clip: float = 0.0) -> tuple[float, dict]:
+    def hostile(
+        scale: str, guards: float, clip: float = 0.0, evidence_clip: float = 0.0
+    ) -> tuple[float, dict]:
         cfg = digits_config(clients=5, rounds=2, faults__clients={"0": "noise"})
         cfg.train.local_steps, cfg.train.local_epochs = None, 5.0  # honest models that learnt something
         cfg.guards.update_norm_factor, cfg.guards.update_norm_clip = guards, clip
         cfg.method.name = "celm"
-        cfg.method.params = {"probe_steps": 50, "warmup_fraction": 0.5, "evidence_scale": scale}
-        make_simulation(cfg, run_dir=tmp_path / f"{scale}-{guards}-{clip}").run()
-        first = lines_of(tmp_path / f"{scale}-{guards}-{clip}")[0]
+        # evidence_clip 0: the paper's evidence (CELM's default clips it; the last case below)
+        cfg.method.params = {
+            "probe_steps": 50, "warmup_fraction": 0.5, "evidence_scale": scale,
+            "evidence_clip": evidence_clip,
+        }  # fmt: skip
+        run_dir = tmp_path / f"{scale}-{guards}-{clip}-{evidence_clip}"
+        make_simulation(cfg, run_dir=run_dir).run()
+        first = lines_of(run_dir)[0]
         return first["contributions"][0], first.get("rejected", {})
 
     (faithful, _), (robust, _) = hostile("off", 0), hostile("median", 0)
@@ -336,6 +343,8 @@ def test_robust_celm_does_not_hand_a_random_model_the_weight(tmp_path):
     assert not rejected and clipped < 0.2, clipped  # below the fair share (0.120 measured)
     defended, rejected = hostile("off", 10.0)  # the defaults: the paper's estimate behind the norm guard
     assert list(rejected) == ["0"] and defended == 0.0
+    evidence, rejected = hostile("off", 0, evidence_clip=1.0)  # CELM's default clip alone, no guard
+    assert not rejected and evidence < 0.2, evidence  # below the fair share (0.118 measured)
 
 
 def test_the_update_norm_bound_is_never_below_the_floor_times_the_global_models_norm():
@@ -370,6 +379,7 @@ def test_the_default_guards_spare_a_small_federations_honest_outlier_and_stop_it
         "method.name": "cgsv", "data.dataset": "breast-cancer", "model.name": "tabular-mlp",
         "data.clients": 3, "data.split": "dirichlet-per-class", "data.split_params": {"alpha": 1.0},
         "train.rounds": 20, "eval.every": 20, "train.threads": 1,
+        "train.lr": 0.1,  # the measured case's rate (tabular-mlp's own default is 0.3 since)
     }  # fmt: skip
     honest = run(None, overrides=base)
     assert [line["round"] for line in honest.metrics if line.get("rejected")] == []

@@ -16,7 +16,15 @@ PINNED = [
     ({}, "6c8bf9c37b81db49"),
     ({"faults": {"clients": {"2": "noise"}}}, "edf3216d28c6976d"),
     ({"guards": {"update_norm_clip": 0.0}}, "2b6c1f238e1b959e"),
-    ({"method": {"name": "celm"}, "data": {"dataset": "digits", "clients": 6}}, "5ecf8d23a51207ac"),
+    # CELM with the paper's evidence, its default when these were recorded (a run file of then lacks the key:
+    # test_a_celm_run_file_from_before_the_evidence_clip_default_keeps_its_fingerprint)
+    (
+        {
+            "method": {"name": "celm", "params": {"evidence_clip": 0}},
+            "data": {"dataset": "digits", "clients": 6},
+        },
+        "5ecf8d23a51207ac",
+    ),
 ]
 
 
@@ -43,6 +51,19 @@ def test_a_field_without_a_declaration_is_refused_by_name():
 @pytest.mark.parametrize(("raw", "expected"), PINNED)
 def test_fingerprints_of_recorded_runs_are_kept(raw, expected):
     assert from_dict(raw).run_fingerprint() == expected
+
+
+def test_a_celm_run_file_from_before_the_evidence_clip_default_keeps_its_fingerprint(tmp_path):
+    from fedhet.config import to_toml
+
+    raw = {"method": {"name": "celm"}, "data": {"dataset": "digits", "clients": 6}}
+    assert from_dict(raw).run_fingerprint() != "5ecf8d23a51207ac"  # today's default clips: another experiment
+    # the file such a run wrote before the change: today's file without the parameter it did not hold
+    written = to_toml(from_dict(raw)).replace("params = { evidence_clip = 1 }", "params = {  }")
+    assert "evidence_clip" not in written
+    old_file = tmp_path / "config.toml"
+    old_file.write_text(written)
+    assert load_run_config(old_file).run_fingerprint() == "5ecf8d23a51207ac"
 
 
 def test_a_neutral_key_enters_the_fingerprint_only_when_set():

@@ -143,7 +143,7 @@ def test_the_tolerances_see_a_one_percent_change_of_the_learning_rate(tmp_path, 
     values = []
     for lr_factor in (1.0, factor):  # the recorded FedAvg case's noise and the floors as tolerances
         cfg = config("fedavg", 0)
-        cfg.train.lr *= lr_factor
+        cfg.train.lr = cfg.learning_rate() * lr_factor
         run_dir = tmp_path / str(lr_factor)
         values.append(golden_values(run_experiment(cfg, run_dir=str(run_dir)), run_dir))
     golden = json.loads(GOLDEN.read_text())["fedavg"]
