@@ -82,7 +82,9 @@ def test_rows_and_findings_from_records(tmp_path):
 def test_the_natural_federations_split_the_diabetes_table_by_a_real_attribute(tmp_path, monkeypatch):
     import csv
 
-    monkeypatch.setattr(study, "TABLE_DIR", tmp_path)
+    from fedhet.studies import diabetes_tables
+
+    monkeypatch.setattr(diabetes_tables, "TABLE_DIR", tmp_path)
     study.write_tables()
     first = (tmp_path / "diabetes-by-age.csv").read_bytes()
     study.write_tables()

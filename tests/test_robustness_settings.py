@@ -32,7 +32,7 @@ def test_every_setting_has_every_column_on_every_row_and_a_row_is_read_under_its
 def test_the_ten_site_table_holds_every_training_patient_once_by_age_decile(tmp_path, monkeypatch):
     from sklearn.datasets import load_diabetes
 
-    from fedhet.studies import contribution_estimators as ce
+    from fedhet.studies import diabetes_tables as ce
 
     monkeypatch.setattr(ce, "TABLE_DIR", tmp_path)
     ce.write_site_tables({"ten": ce.age_bands(10)})

@@ -118,7 +118,7 @@ def test_diabetes_sites_run_warns_only_when_stopped_early(rounds, warns, tmp_pat
     import logging
 
     import fedhet
-    from fedhet.studies.contribution_estimators import write_tables
+    from fedhet.studies.diabetes_tables import write_tables
 
     monkeypatch.chdir(tmp_path)  # the sites' files are written here
     write_tables()

@@ -21,7 +21,7 @@ import numpy as np
 
 from fedhet.studies import robustness as rb
 from fedhet.studies.base import CompareCell, Study, provenance_lines, recorded_runs
-from fedhet.studies.contribution_estimators import TABLE_DIR, age_bands, write_site_tables
+from fedhet.studies.diabetes_tables import TABLE_DIR, age_bands, write_site_tables
 
 #: the two defences measured beside the defaults: centered clipping, the robustness page's rule's pick at
 #: 3 seeds of its first rows (its section "The default by measurement"), and nearest-neighbour mixing before

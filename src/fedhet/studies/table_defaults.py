@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 
 from fedhet.studies.base import CompareCell, Study, provenance_lines, recorded_runs
-from fedhet.studies.contribution_estimators import TABLE_DIR, write_tables
+from fedhet.studies.diabetes_tables import TABLE_DIR, write_tables
 
 CONFIG = "tables/fedavg-100"
 #: the rounds each run is read at
