@@ -88,6 +88,14 @@ def test_a_setting_is_judged_by_paired_intervals_as_the_robustness_page():
     assert f"target met in {attacked}, not resolved in 0, missed in none." in defence
 
 
+def test_a_setting_without_records_says_it_is_not_measured():
+    found = {key: {**cell, "accuracy": []} if key[0] == SETTING else cell for key, cell in _found().items()}
+    assert rs.setting_lines(found, SETTING) == [
+        "Not measured yet: `fedhet study robustness-settings run` runs it (resumable)."
+    ]
+    assert rs.setting_lines(_found(), SETTING)[0].startswith("| hostile clients |")
+
+
 def test_the_summary_gives_clean_cost_and_the_worst_change_per_setting():
     lines = rs.summary_lines(_found(), None)
     head = lines[0].split(" | ")

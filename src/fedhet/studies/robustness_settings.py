@@ -128,6 +128,8 @@ def _columns() -> list[str]:
 
 def setting_lines(found: Found, setting: str) -> list[str]:
     """One setting's table (final accuracy, change against the column's clean run) and its verdicts."""
+    if not any(v["accuracy"] for (s, _, _), v in found.items() if s == setting):
+        return ["Not measured yet: `fedhet study robustness-settings run` runs it (resumable)."]
     columns = _columns()
     head = ["| hostile clients | " + " | ".join(columns) + " |", "|---" * (len(columns) + 1) + "|"]
     body, verdicts = [], {c: {"meets": 0, "misses": [], "unresolved": 0} for c in columns}
