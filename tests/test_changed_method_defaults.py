@@ -75,3 +75,36 @@ def test_a_run_file_keeps_how_the_run_ran(tmp_path):
     # another method's file is read as written
     (tmp_path / "fedavg.toml").write_text(to_toml(ExperimentConfig()))
     assert load_run_config(tmp_path / "fedavg.toml").method.params == {}
+
+
+def test_an_unset_learning_rate_is_the_models_own_and_fingerprints_as_that_rate():
+    from fedhet.engine.schedule import learning_rate
+    from fedhet.experiment import apply_method_defaults
+
+    table = ExperimentConfig()
+    table.model.name = "tabular-mlp"
+    assert table.train.lr is None and table.learning_rate() == 0.3 and learning_rate(table, 1) == 0.3
+    assert table.run_fingerprint() == table.copy(**{"train.lr": 0.3}).run_fingerprint()
+    assert table.run_fingerprint() != table.copy(**{"train.lr": 0.1}).run_fingerprint()
+    notices = apply_method_defaults(table, [build_strategy("fedavg", {})])
+    assert notices == [
+        "model 'tabular-mlp' trains with train.lr = 0.3 by default (fedhet's general default is 0.1; set "
+        "train.lr to choose another value)"
+    ]
+    assert apply_method_defaults(table.copy(**{"train.lr": 0.1}), [build_strategy("fedavg", {})]) == []
+    image = ExperimentConfig()
+    assert image.learning_rate() == 0.1 == learning_rate(image, 1)
+    assert image.run_fingerprint() == image.copy(**{"train.lr": 0.1}).run_fingerprint()
+
+
+def test_table_records_computed_with_the_rate_set_stand_for_the_rate_unset():
+    """Known answers from before the change: table-defaults' records of lr 0.3 set (now its defaults row)
+    and of the then-default 0.1 (now its lr-0.1 row, which sets it)."""
+    from fedhet.studies import table_defaults
+    from fedhet.studies.base import cell_fingerprints
+
+    records = CELLS.parent / "table-defaults" / "diabetes-by-age"
+    for variant in ("defaults", "lr-0.1"):
+        cell = next(c for c in table_defaults.cells() if c.path == f"diabetes-by-age/{variant}")
+        recorded = json.loads((records / variant / "fedavg-seed0.json").read_text())["experiment"]
+        assert cell_fingerprints(cell, 0, {})["fedavg"] == recorded
