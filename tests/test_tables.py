@@ -433,6 +433,16 @@ def test_a_site_the_test_hold_out_empties_is_refused_by_name_with_the_fix(tmp_pa
         assert "give a test file (data.test_path" in message
 
 
+def test_a_table_too_small_to_hold_out_a_test_row_per_class_is_refused_with_the_fix(tmp_path):
+    """Four rows, two classes, no test file: a 0.2 hold-out is one row, fewer than the classes a stratified
+    split must put in it (it raised scikit-learn's ValueError and a traceback before)."""
+    _write_csv(tmp_path / "tiny.csv", ["x", "y"], [[1, "no"], [2, "yes"], [3, "no"], [4, "yes"]])
+    with pytest.raises(
+        DataError, match=r"4 row\(s\) with 2 classes cannot hold out a test set.*give a test file"
+    ):
+        load_table_files(tmp_path / "tiny.csv", label="y")
+
+
 # --------------------------------------------------------------------------------------------------------
 # Model, augmentations
 # --------------------------------------------------------------------------------------------------------

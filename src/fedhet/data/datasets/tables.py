@@ -90,7 +90,14 @@ def _held_out_test(
     rows = np.arange(len(labels))
     _, counts = np.unique(labels, return_counts=True)
     stratify = labels if counts.min() >= 2 else None  # a class with one row cannot be in both halves
-    train_rows, test_rows = train_test_split(rows, test_size=fraction, stratify=stratify, random_state=0)
+    try:
+        train_rows, test_rows = train_test_split(rows, test_size=fraction, stratify=stratify, random_state=0)
+    except ValueError as exc:  # too few rows to hold out one test row per class (scikit-learn's words)
+        raise DataError(
+            f"{source}: {len(rows)} row(s) with {len(counts)} classes cannot hold out a test set "
+            f"({fraction:g} of the rows, stratified by label: {exc}): give a test file (data.test_path, or "
+            "test.csv in the folder) or more rows"
+        ) from exc
     train_rows, test_rows = np.sort(train_rows), np.sort(test_rows)
     pick = lambda cols, idx: {k: np.asarray(v)[idx] for k, v in cols.items()}  # noqa: E731
     if client is not None and client in train:
