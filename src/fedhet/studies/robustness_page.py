@@ -14,7 +14,7 @@ from fedhet.studies.base import write_cell_records
 from fedhet.studies.robustness import (
     COMMAND,
     CONFIG,
-    FIRST_ATTACKS,
+    FIRST_ROWS,
     PAGE,
     RECORDS,
     ROWS,
@@ -32,11 +32,6 @@ from fedhet.studies.robustness import (
 from fedhet.studies.robustness_default import BUDGET, default_lines
 from fedhet.studies.robustness_seeds import missing_note
 from fedhet.studies.robustness_tradeoff import TRADEOFF_FIGURE, draw_tradeoff, tradeoff_lines
-
-
-def _first_rows() -> tuple[tuple[str, int], ...]:
-    """The rows of the attacks the table began with (and the clean run)."""
-    return tuple(row for row in ROWS if row[0] in ("clean", *FIRST_ATTACKS))
 
 
 def _provenance(
@@ -74,7 +69,7 @@ def page(
     partial = ""
     if VARIANT_ROWS:
         partial = (
-            f" Flower's three columns and the looser clip are measured on the first {len(_first_rows())} "
+            f" Flower's three columns and the looser clip are measured on the first {len(FIRST_ROWS)} "
             f"of the {len(ROWS)} rows (the attacks built to beat robust rules came later; the table's note "
             "says so)."
         )
