@@ -228,6 +228,10 @@ def from_dict(raw: dict[str, Any]) -> ExperimentConfig:
                 raise ConfigError(f"{key}={value!r} must be a string")
             kwargs[key] = value
     cfg = ExperimentConfig(**kwargs)
+    # a method parameter whose default changed reads as today's default where unset (load_run_config has
+    # set a run file's value from before), so that a config and its TOML are the same dict
+    for key, (_, now) in CHANGED_METHOD_DEFAULTS.get(cfg.method.name, {}).items():
+        cfg.method.params.setdefault(key, now)
     check_ranges(cfg)
     return cfg
 
